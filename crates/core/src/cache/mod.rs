@@ -1,0 +1,774 @@
+//! A block cache as a sans-IO state machine (DESIGN.md §1).
+//!
+//! The driver calls [`Cache::begin`] when a process starts to read or write
+//! part of a block and [`Cache::end`] when the bytes have been copied; it
+//! reports I/O completions with [`Cache::write_done`] and
+//! [`Cache::fetch_done`] and fires timers it learns from
+//! [`Cache::poll_timeout`]. The cache answers with [`Effect`]s pulled with
+//! [`Cache::poll_effect`]: write a block down, fetch a block, resume a
+//! blocked process. It never performs I/O and never reads a clock.
+//!
+//! The driver carries out the effects after every call, before it touches a
+//! buffer that [`Cache::begin`] returned: a detached write names a buffer
+//! whose bytes must be copied out before the buffer takes its new block.
+//!
+//! Policies plug in at three places: [`Replacement`] chooses victims,
+//! [`WritePolicy`] decides when dirty data goes down, [`Prefetch`] proposes
+//! blocks to read ahead. Buffers being copied into (pinned) or busy with I/O
+//! are never replaced and never modified: a process that wants such a
+//! buffer waits ("the buffer is not usable until the write completes",
+//! Kotz & Ellis 1992 §3.3.2).
+
+mod stats;
+
+pub use stats::{CacheStats, WriteCause};
+
+use crate::block::{BlockKey, ByteRange, FileId, RangeSet};
+use crate::error::{AccessError, PolicyError};
+use crate::prefetch::{Prefetch, PrefetchKind};
+use crate::replacement::{RecencyList, Replacement, ReplacementKind};
+use crate::time::{Span, Time};
+use crate::write::{BufView, WritePolicy, WritePolicyKind};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// Identifies a process (or any independent requester) to the cache.
+pub type ProcId = u32;
+
+/// Index of a buffer in a cache, `0..buffers`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Names one I/O the cache asked for, so its completion can be reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoToken(pub u64);
+
+/// How a cache is built. Every field has a default a user would expect.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheConfig {
+    pub buffers: usize,
+    pub block_size: u32,
+    pub replacement: ReplacementKind,
+    pub write: WritePolicyKind,
+    pub prefetch: PrefetchKind,
+    /// Auxiliary buffers for delayed clean (Cortes et al. 1996 §3): a dirty
+    /// block that must leave to free a buffer is copied to one and written
+    /// from there, so the requester need not wait for the disk. 0 turns it off.
+    pub aux_buffers: usize,
+    /// The syncer: every interval, write down every dirty block (Unix's
+    /// update daemon, 30 s). `None` turns it off.
+    pub syncer: Option<Span>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            buffers: 1024,
+            block_size: 64 * 1024,
+            replacement: ReplacementKind::Lru,
+            write: WritePolicyKind::WriteBack,
+            prefetch: PrefetchKind::None,
+            aux_buffers: 0,
+            syncer: Some(Span::from_secs(30)),
+        }
+    }
+}
+
+/// One access to part of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read(ByteRange),
+    Write(ByteRange),
+}
+
+impl Access {
+    pub fn range(self) -> ByteRange {
+        match self {
+            Access::Read(r) | Access::Write(r) => r,
+        }
+    }
+}
+
+/// The answer to [`Cache::begin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// The buffer is pinned for this access: copy, then call [`Cache::end`].
+    Ready(BufId),
+    /// The access must wait; the cache will emit [`Effect::Resume`] for this
+    /// process when it is worth calling [`Cache::begin`] again.
+    Blocked,
+}
+
+/// What the cache asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Write the `dirty` bytes of buffer `buf` (holding `key`) one level down,
+    /// then call [`Cache::write_done`]. `whole` says the buffer holds every
+    /// byte of the block. If `detached`, copy the bytes out now: the buffer
+    /// may be reused at once (delayed clean through an auxiliary buffer).
+    Write {
+        token: IoToken,
+        key: BlockKey,
+        buf: BufId,
+        dirty: RangeSet,
+        whole: bool,
+        detached: bool,
+        cause: WriteCause,
+    },
+    /// Read `key` into buffer `buf`, keeping the bytes in `keep` that the
+    /// buffer already holds (they may be dirty), then call [`Cache::fetch_done`].
+    Fetch {
+        token: IoToken,
+        key: BlockKey,
+        buf: BufId,
+        keep: RangeSet,
+        prefetch: bool,
+    },
+    /// A process blocked in [`Cache::begin`] should try again.
+    Resume { proc: ProcId },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Io {
+    Idle,
+    Writing,
+    Fetching { prefetch: bool },
+}
+
+#[derive(Clone, Copy, Debug)]
+enum InFlight {
+    Buffer(BufId),
+    Detached,
+}
+
+struct Buffer {
+    key: Option<BlockKey>,
+    /// Bytes holding the block's current content.
+    valid: RangeSet,
+    /// Bytes not yet written down.
+    dirty: RangeSet,
+    /// Bytes written by requests since the block entered the buffer.
+    written: RangeSet,
+    dirty_since: Option<Time>,
+    io: Io,
+    pins: u32,
+    /// A write was decided while the buffer was pinned or busy.
+    want_write: Option<WriteCause>,
+    /// Filled by a prefetch and not yet used.
+    prefetched: bool,
+}
+
+impl Buffer {
+    fn empty() -> Self {
+        Buffer {
+            key: None,
+            valid: RangeSet::new(),
+            dirty: RangeSet::new(),
+            written: RangeSet::new(),
+            dirty_since: None,
+            io: Io::Idle,
+            pins: 0,
+            want_write: None,
+            prefetched: false,
+        }
+    }
+    fn idle(&self) -> bool {
+        self.pins == 0 && self.io == Io::Idle
+    }
+}
+
+/// The cache state machine. See the module documentation for the protocol.
+pub struct Cache {
+    cfg: CacheConfig,
+    bufs: Vec<Buffer>,
+    table: FxHashMap<BlockKey, BufId>,
+    free: Vec<BufId>,
+    repl: Box<dyn Replacement>,
+    write: Box<dyn WritePolicy>,
+    prefetch: Box<dyn Prefetch>,
+    /// Every buffer holding a block, least recently used first (for
+    /// threshold's "least recently used dirty blocks" and age sweeps).
+    recency: RecencyList,
+    /// Buffers with unwritten bytes that are not being written.
+    dirty: usize,
+    /// Buffers being written down.
+    writing: usize,
+    aux_in_use: usize,
+    inflight: FxHashMap<u64, InFlight>,
+    next_token: u64,
+    effects: VecDeque<Effect>,
+    waiting_on: Vec<(ProcId, BufId)>,
+    waiting_any: Vec<ProcId>,
+    prefetch_queue: VecDeque<BlockKey>,
+    prefetch_queued: FxHashSet<BlockKey>,
+    proposals: Vec<BlockKey>,
+    sync_due: Option<Time>,
+    now: Time,
+    stats: CacheStats,
+}
+
+impl Cache {
+    pub fn new(cfg: CacheConfig) -> Result<Cache, PolicyError> {
+        if cfg.buffers == 0 {
+            return Err(PolicyError::NoBuffers);
+        }
+        if cfg.block_size == 0 {
+            return Err(PolicyError::ZeroBlockSize);
+        }
+        if matches!(cfg.syncer, Some(s) if s.0 == 0) {
+            return Err(PolicyError::BadParameter {
+                policy: "syncer".into(),
+                detail: "interval must be positive".into(),
+            });
+        }
+        let n = cfg.buffers;
+        Ok(Cache {
+            bufs: (0..n).map(|_| Buffer::empty()).collect(),
+            table: FxHashMap::default(),
+            free: (0..n as u32).rev().map(BufId).collect(),
+            repl: cfg.replacement.build(n),
+            write: cfg.write.build(),
+            prefetch: cfg.prefetch.build(),
+            recency: RecencyList::new(n),
+            dirty: 0,
+            writing: 0,
+            aux_in_use: 0,
+            inflight: FxHashMap::default(),
+            next_token: 0,
+            effects: VecDeque::new(),
+            waiting_on: Vec::new(),
+            waiting_any: Vec::new(),
+            prefetch_queue: VecDeque::new(),
+            prefetch_queued: FxHashSet::default(),
+            proposals: Vec::new(),
+            sync_due: None,
+            now: Time::ZERO,
+            stats: CacheStats::default(),
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+    /// Buffers holding bytes not yet written down (including those on their way).
+    pub fn dirty_buffers(&self) -> usize {
+        self.dirty + self.writing
+    }
+    /// Whether every byte written has reached the level below.
+    pub fn is_clean(&self) -> bool {
+        self.dirty == 0 && self.writing == 0 && self.aux_in_use == 0
+    }
+    /// The block a buffer holds.
+    pub fn key_of(&self, buf: BufId) -> Option<BlockKey> {
+        self.bufs[buf.index()].key
+    }
+    pub fn contains(&self, key: BlockKey) -> bool {
+        self.table.contains_key(&key)
+    }
+
+    /// Changes the write policy of a running cache; dirty data stays and is
+    /// handled by the new policy from now on.
+    pub fn set_write_policy(&mut self, kind: WritePolicyKind) {
+        self.write = kind.build();
+        self.cfg.write = kind;
+        self.check_dirty_level();
+    }
+
+    /// The next effect for the driver, in the order the cache decided them.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// `proc` starts to access `key`. See [`Begin`].
+    pub fn begin(
+        &mut self,
+        now: Time,
+        proc: ProcId,
+        key: BlockKey,
+        access: Access,
+    ) -> Result<Begin, AccessError> {
+        self.now = now;
+        let r = access.range();
+        if r.start > r.end || r.end > self.cfg.block_size {
+            return Err(AccessError::OutOfBlock {
+                start: r.start,
+                end: r.end,
+                block_size: self.cfg.block_size,
+            });
+        }
+        self.repl.admit(proc)?;
+        if let Some(&b) = self.table.get(&key) {
+            let buf = &mut self.bufs[b.index()];
+            if buf.io != Io::Idle {
+                self.waiting_on.push((proc, b));
+                return Ok(Begin::Blocked);
+            }
+            match access {
+                Access::Read(r) if !buf.valid.covers(r) => {
+                    self.stats.read_misses += 1;
+                    self.start_fetch(b, false);
+                    self.waiting_on.push((proc, b));
+                    return Ok(Begin::Blocked);
+                }
+                Access::Read(_) => {
+                    self.stats.read_hits += 1;
+                    if buf.prefetched {
+                        self.stats.prefetch_hits += 1;
+                    }
+                }
+                Access::Write(_) => self.stats.write_hits += 1,
+            }
+            buf.prefetched = false;
+            buf.pins += 1;
+            return Ok(Begin::Ready(b));
+        }
+        let Some(b) = self.allocate(true) else {
+            self.stats.stalls += 1;
+            self.waiting_any.push(proc);
+            return Ok(Begin::Blocked);
+        };
+        self.install(b, key);
+        match access {
+            Access::Read(_) => {
+                self.stats.read_misses += 1;
+                self.start_fetch(b, false);
+                self.waiting_on.push((proc, b));
+                Ok(Begin::Blocked)
+            }
+            Access::Write(_) => {
+                self.stats.write_allocs += 1;
+                self.bufs[b.index()].pins += 1;
+                Ok(Begin::Ready(b))
+            }
+        }
+    }
+
+    /// `proc` finished the access it began on `buf`: for a write, the bytes
+    /// of the range are now in the buffer.
+    pub fn end(
+        &mut self,
+        now: Time,
+        proc: ProcId,
+        buf: BufId,
+        access: Access,
+    ) -> Result<(), AccessError> {
+        self.now = now;
+        let b = &mut self.bufs[buf.index()];
+        if b.pins == 0 || b.key.is_none() {
+            return Err(AccessError::NotPinned(buf.0));
+        }
+        let key = b.key.expect("checked");
+        let mut wrote = false;
+        if let Access::Write(r) = access {
+            if !r.is_empty() {
+                wrote = true;
+                b.valid.insert(r);
+                b.written.insert(r);
+                if b.dirty.is_empty() {
+                    b.dirty_since = Some(now);
+                    self.dirty += 1;
+                    if self.sync_due.is_none() {
+                        if let Some(iv) = self.cfg.syncer {
+                            self.sync_due = Some(Time((now.0 / iv.0 + 1) * iv.0));
+                        }
+                    }
+                }
+                b.dirty.insert(r);
+            }
+        }
+        b.pins -= 1;
+        self.recency.touch(buf);
+        let became = self.repl.on_access(proc, buf);
+        if wrote {
+            let view = self.view(buf);
+            if self.write.after_write(now, &view) {
+                self.request_write(buf, WriteCause::Policy);
+            }
+        }
+        if self.bufs[buf.index()].pins == 0 {
+            if let Some(cause) = self.bufs[buf.index()].want_write.take() {
+                self.request_write(buf, cause);
+            }
+        }
+        if let Some(old) = became {
+            self.became_replaceable(old);
+        }
+        if wrote {
+            self.check_dirty_level();
+        }
+        self.prefetch.on_access(key, &mut self.proposals);
+        self.queue_proposals();
+        Ok(())
+    }
+
+    /// The write named by `token` reached the level below.
+    pub fn write_done(&mut self, now: Time, token: IoToken) {
+        self.now = now;
+        match self.inflight.remove(&token.0) {
+            Some(InFlight::Detached) => {
+                self.aux_in_use -= 1;
+                self.resume_any();
+            }
+            Some(InFlight::Buffer(b)) => {
+                let buf = &mut self.bufs[b.index()];
+                debug_assert_eq!(buf.io, Io::Writing);
+                buf.io = Io::Idle;
+                self.writing -= 1;
+                self.resume_on(b);
+                if let Some(cause) = self.bufs[b.index()].want_write.take() {
+                    self.request_write(b, cause);
+                }
+                if self.repl.is_replaceable(b) && self.bufs[b.index()].idle() {
+                    self.resume_any();
+                }
+            }
+            None => debug_assert!(false, "unknown write token {token:?}"),
+        }
+    }
+
+    /// The fetch named by `token` filled its buffer.
+    pub fn fetch_done(&mut self, now: Time, token: IoToken) {
+        self.now = now;
+        let Some(InFlight::Buffer(b)) = self.inflight.remove(&token.0) else {
+            debug_assert!(false, "unknown fetch token {token:?}");
+            return;
+        };
+        let bs = self.cfg.block_size;
+        let buf = &mut self.bufs[b.index()];
+        buf.prefetched = matches!(buf.io, Io::Fetching { prefetch: true });
+        buf.io = Io::Idle;
+        buf.valid = RangeSet::full(bs);
+        self.resume_on(b);
+        if self.repl.is_replaceable(b) && self.bufs[b.index()].idle() {
+            self.resume_any();
+        }
+    }
+
+    /// A file of `blocks` blocks was opened (prefetch policies start here).
+    pub fn open(&mut self, now: Time, file: FileId, blocks: u64) {
+        self.now = now;
+        self.prefetch.on_open(file, blocks, &mut self.proposals);
+        self.queue_proposals();
+    }
+
+    /// A file was closed.
+    pub fn close(&mut self, now: Time, file: FileId) {
+        self.now = now;
+        self.prefetch.on_close(file);
+    }
+
+    /// Hands out the next queued prefetch whose device `idle` says is free,
+    /// if a clean buffer can be had without writing or waiting.
+    pub fn poll_prefetch(
+        &mut self,
+        now: Time,
+        idle: &mut dyn FnMut(BlockKey) -> bool,
+    ) -> Option<Effect> {
+        self.now = now;
+        let mut i = 0;
+        while i < self.prefetch_queue.len() {
+            let key = self.prefetch_queue[i];
+            if self.table.contains_key(&key) {
+                self.prefetch_queue.remove(i);
+                self.prefetch_queued.remove(&key);
+                continue;
+            }
+            if !idle(key) {
+                i += 1;
+                continue;
+            }
+            let b = self.allocate(false)?;
+            self.prefetch_queue.remove(i);
+            self.prefetch_queued.remove(&key);
+            self.install(b, key);
+            self.stats.prefetches += 1;
+            let token = self.start_fetch(b, true);
+            // Hand the fetch back directly rather than through the queue.
+            let pos = self
+                .effects
+                .iter()
+                .rposition(|e| matches!(e, Effect::Fetch { token: t, .. } if *t == token));
+            return pos.and_then(|p| self.effects.remove(p));
+        }
+        None
+    }
+
+    /// Starts writing down every dirty block (close, fsync, unmount, end of a
+    /// run). Pinned buffers are written as soon as their accesses end.
+    pub fn flush(&mut self, now: Time) {
+        self.flush_where(now, |_| true);
+    }
+
+    /// Starts writing down every dirty block of one file.
+    pub fn flush_file(&mut self, now: Time, file: FileId) {
+        self.flush_where(now, |k| k.file == file);
+    }
+
+    /// Whether any block of `file` still holds bytes not written down.
+    pub fn file_is_clean(&self, file: FileId) -> bool {
+        self.bufs.iter().all(|b| {
+            b.key.is_none_or(|k| k.file != file) || (b.dirty.is_empty() && b.io != Io::Writing)
+        }) && self.aux_in_use == 0
+    }
+
+    fn flush_where(&mut self, now: Time, pred: impl Fn(BlockKey) -> bool) {
+        self.now = now;
+        for i in 0..self.bufs.len() {
+            let b = &self.bufs[i];
+            if b.key.is_some_and(&pred) && !b.dirty.is_empty() {
+                self.request_write(BufId(i as u32), WriteCause::Flush);
+            }
+        }
+    }
+
+    /// When the cache next wants [`Cache::handle_timeout`] called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let dirty = self.dirty_buffers();
+        let policy = self.write.next_wake(self.now, dirty);
+        let sync = if self.dirty > 0 { self.sync_due } else { None };
+        match (policy, sync) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A timer the driver set from [`Cache::poll_timeout`] fired.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.now = now;
+        if let Some(cutoff) = self.write.on_timer(now) {
+            self.sweep(cutoff, WriteCause::Age);
+        }
+        if let (Some(due), Some(iv)) = (self.sync_due, self.cfg.syncer) {
+            if now >= due {
+                self.sweep(now, WriteCause::Sync);
+                self.sync_due = Some(Time((now.0 / iv.0 + 1) * iv.0));
+            }
+        }
+    }
+
+    fn sweep(&mut self, cutoff: Time, cause: WriteCause) {
+        let old: Vec<BufId> = self
+            .recency
+            .iter()
+            .filter(|b| {
+                let buf = &self.bufs[b.index()];
+                !buf.dirty.is_empty() && buf.dirty_since.is_some_and(|t| t <= cutoff)
+            })
+            .collect();
+        for b in old {
+            self.request_write(b, cause);
+        }
+    }
+
+    fn view(&self, b: BufId) -> BufView {
+        let buf = &self.bufs[b.index()];
+        BufView {
+            key: buf.key.expect("view of an empty buffer"),
+            dirty: !buf.dirty.is_empty(),
+            written_full: buf.written.is_full(self.cfg.block_size),
+            dirty_since: buf.dirty_since,
+        }
+    }
+
+    fn install(&mut self, b: BufId, key: BlockKey) {
+        let buf = &mut self.bufs[b.index()];
+        debug_assert!(buf.key.is_none());
+        buf.key = Some(key);
+        self.table.insert(key, b);
+        self.repl.on_insert(b);
+        self.recency.touch(b);
+    }
+
+    fn evict(&mut self, b: BufId) {
+        let buf = &mut self.bufs[b.index()];
+        debug_assert!(
+            buf.dirty.is_empty() && buf.idle(),
+            "evicting a busy or dirty buffer"
+        );
+        if let Some(k) = buf.key.take() {
+            self.table.remove(&k);
+        }
+        buf.valid.clear();
+        buf.written.clear();
+        buf.dirty_since = None;
+        buf.want_write = None;
+        buf.prefetched = false;
+        self.repl.on_evict(b);
+        self.recency.remove(b);
+        self.stats.evictions += 1;
+    }
+
+    /// Finds a buffer for a new block. With `may_write`, dirty candidates met
+    /// on the way are started down as the write policy allows (the shared
+    /// fallback of every policy); otherwise only clean ones are taken.
+    fn allocate(&mut self, may_write: bool) -> Option<BufId> {
+        if let Some(b) = self.free.pop() {
+            return Some(b);
+        }
+        let limit = self.write.writes_per_need();
+        let mut issued = 0usize;
+        let mut cur = self.repl.next_candidate(None);
+        while let Some(c) = cur {
+            cur = self.repl.next_candidate(Some(c));
+            let buf = &self.bufs[c.index()];
+            if !buf.idle() {
+                continue;
+            }
+            if buf.dirty.is_empty() {
+                self.evict(c);
+                return Some(c);
+            }
+            if !may_write || limit.is_some_and(|l| issued >= l) {
+                continue;
+            }
+            issued += 1;
+            if self.aux_in_use < self.cfg.aux_buffers {
+                self.issue_write(c, WriteCause::Need, true);
+                self.evict(c);
+                return Some(c);
+            }
+            self.issue_write(c, WriteCause::Need, false);
+        }
+        None
+    }
+
+    fn start_fetch(&mut self, b: BufId, prefetch: bool) -> IoToken {
+        let token = self.token();
+        let buf = &mut self.bufs[b.index()];
+        buf.io = Io::Fetching { prefetch };
+        self.inflight.insert(token.0, InFlight::Buffer(b));
+        self.stats.fetches += 1;
+        let keep = buf.valid.clone();
+        self.effects.push_back(Effect::Fetch {
+            token,
+            key: buf.key.expect("fetch into empty buffer"),
+            buf: b,
+            keep,
+            prefetch,
+        });
+        token
+    }
+
+    fn token(&mut self) -> IoToken {
+        self.next_token += 1;
+        IoToken(self.next_token)
+    }
+
+    /// Writes `b` down now if it is idle, or as soon as it becomes idle.
+    fn request_write(&mut self, b: BufId, cause: WriteCause) {
+        let buf = &mut self.bufs[b.index()];
+        if buf.dirty.is_empty() {
+            return;
+        }
+        if !buf.idle() {
+            buf.want_write.get_or_insert(cause);
+            return;
+        }
+        self.issue_write(b, cause, false);
+    }
+
+    fn issue_write(&mut self, b: BufId, cause: WriteCause, detached: bool) {
+        let token = self.token();
+        let bs = self.cfg.block_size;
+        let buf = &mut self.bufs[b.index()];
+        debug_assert!(buf.idle() && !buf.dirty.is_empty());
+        let dirty = std::mem::take(&mut buf.dirty);
+        buf.dirty_since = None;
+        buf.want_write = None;
+        let whole = buf.valid.is_full(bs);
+        let key = buf.key.expect("write of an empty buffer");
+        self.dirty -= 1;
+        if detached {
+            self.aux_in_use += 1;
+            self.inflight.insert(token.0, InFlight::Detached);
+            self.stats.detached_writes += 1;
+        } else {
+            buf.io = Io::Writing;
+            self.writing += 1;
+            self.inflight.insert(token.0, InFlight::Buffer(b));
+        }
+        self.stats.count_write(cause);
+        self.effects.push_back(Effect::Write {
+            token,
+            key,
+            buf: b,
+            dirty,
+            whole,
+            detached,
+            cause,
+        });
+    }
+
+    fn became_replaceable(&mut self, b: BufId) {
+        let buf = &self.bufs[b.index()];
+        if buf.key.is_none() || !buf.idle() || !self.repl.is_replaceable(b) {
+            return;
+        }
+        let view = self.view(b);
+        if self.write.on_replaceable(self.now, &view) {
+            self.request_write(b, WriteCause::Policy);
+        }
+        self.resume_any();
+    }
+
+    fn check_dirty_level(&mut self) {
+        let n =
+            self.write
+                .on_dirty_level(self.dirty + self.writing, self.writing, self.cfg.buffers);
+        if n == 0 {
+            return;
+        }
+        let victims: Vec<BufId> = self
+            .recency
+            .iter()
+            .filter(|b| {
+                let buf = &self.bufs[b.index()];
+                !buf.dirty.is_empty() && buf.idle()
+            })
+            .take(n)
+            .collect();
+        for b in victims {
+            self.issue_write(b, WriteCause::Threshold, false);
+        }
+    }
+
+    fn resume_on(&mut self, b: BufId) {
+        let effects = &mut self.effects;
+        self.waiting_on.retain(|&(p, w)| {
+            if w == b {
+                effects.push_back(Effect::Resume { proc: p });
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn resume_any(&mut self) {
+        for p in self.waiting_any.drain(..) {
+            self.effects.push_back(Effect::Resume { proc: p });
+        }
+    }
+
+    fn queue_proposals(&mut self) {
+        for k in self.proposals.drain(..) {
+            if !self.table.contains_key(&k) && self.prefetch_queued.insert(k) {
+                self.prefetch_queue.push_back(k);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

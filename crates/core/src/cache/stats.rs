@@ -1,0 +1,59 @@
+//! Counters a cache keeps about itself (DESIGN.md §5: hits and misses,
+//! dirty blocks, immediate writes).
+
+use serde::{Deserialize, Serialize};
+
+/// Why a block was written down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteCause {
+    /// The write policy decided it (write-through, write-full, write-free).
+    Policy,
+    /// The buffer was needed for another block: an "immediate" write.
+    Need,
+    /// The threshold policy's high limit was passed.
+    Threshold,
+    /// The periodic policy found the block old enough.
+    Age,
+    /// The syncer's interval passed.
+    Sync,
+    /// The driver asked for a flush (fsync, close, shutdown).
+    Flush,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheStats {
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub prefetch_hits: u64,
+    pub write_hits: u64,
+    pub write_allocs: u64,
+    pub fetches: u64,
+    pub prefetches: u64,
+    pub writes: u64,
+    pub policy_writes: u64,
+    /// Writes forced because a buffer was needed ("immediate" writes).
+    pub immediate_writes: u64,
+    pub threshold_writes: u64,
+    pub age_writes: u64,
+    pub sync_writes: u64,
+    pub flush_writes: u64,
+    pub detached_writes: u64,
+    /// Times an access had to wait for a buffer to become free.
+    pub stalls: u64,
+    pub evictions: u64,
+}
+
+impl CacheStats {
+    pub(crate) fn count_write(&mut self, cause: WriteCause) {
+        self.writes += 1;
+        match cause {
+            WriteCause::Policy => self.policy_writes += 1,
+            WriteCause::Need => self.immediate_writes += 1,
+            WriteCause::Threshold => self.threshold_writes += 1,
+            WriteCause::Age => self.age_writes += 1,
+            WriteCause::Sync => self.sync_writes += 1,
+            WriteCause::Flush => self.flush_writes += 1,
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! parcache-core: the policies and protocol logic of parcache as pure state
+//! machines (DESIGN.md §1).
+//!
+//! Nothing here performs I/O, reads a clock or spawns a thread. Inputs carry
+//! the time; outputs are values ([`cache::Effect`]) that a driver carries
+//! out. Two drivers exist: the simulator (`parcache-sim`), which executes
+//! effects against modelled disks in virtual time, and the daemons, which
+//! execute them with real sockets and files. Given the same inputs, the core
+//! produces the same outputs, which is what makes simulations repeatable.
+//!
+//! Parts:
+//! - [`block`] and [`stripe`]: byte ranges, blocks, and where blocks live.
+//! - [`cache`]: the cache table and its protocol.
+//! - [`replacement`], [`write`], [`prefetch`]: the policy catalogue, one
+//!   policy per file, named as DESIGN.md §3 names it.
+
+pub mod block;
+pub mod cache;
+pub mod error;
+pub mod prefetch;
+pub mod replacement;
+pub mod stripe;
+pub mod time;
+pub mod write;
+
+pub use block::{split_blocks, BlockKey, BlockPiece, ByteRange, FileId, RangeSet};
+pub use cache::{
+    Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, IoToken, ProcId, WriteCause,
+};
+pub use error::{AccessError, PolicyError};
+pub use prefetch::PrefetchKind;
+pub use replacement::ReplacementKind;
+pub use stripe::StripeLayout;
+pub use time::{Span, Time};
+pub use write::WritePolicyKind;

@@ -1,0 +1,63 @@
+//! `lru` — replace the least recently used buffer (DESIGN.md §3).
+
+use super::{RecencyList, Replacement, ReplacementKind};
+use crate::cache::{BufId, ProcId};
+
+/// Least recently used replacement: every unpinned, idle buffer is
+/// replaceable, oldest first.
+pub struct Lru {
+    order: RecencyList,
+}
+
+impl Lru {
+    pub fn new(buffers: usize) -> Self {
+        Lru {
+            order: RecencyList::new(buffers),
+        }
+    }
+}
+
+impl Replacement for Lru {
+    fn kind(&self) -> ReplacementKind {
+        ReplacementKind::Lru
+    }
+    fn on_insert(&mut self, buf: BufId) {
+        self.order.touch(buf);
+    }
+    fn on_access(&mut self, _proc: ProcId, buf: BufId) -> Option<BufId> {
+        self.order.touch(buf);
+        // Under LRU a buffer is replaceable as soon as its access ends.
+        Some(buf)
+    }
+    fn on_evict(&mut self, buf: BufId) {
+        self.order.remove(buf);
+    }
+    fn is_replaceable(&self, buf: BufId) -> bool {
+        self.order.contains(buf)
+    }
+    fn next_candidate(&self, prev: Option<BufId>) -> Option<BufId> {
+        match prev {
+            None => self.order.lru(),
+            Some(p) => self.order.newer(p),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_least_recently_used_first() {
+        let mut l = Lru::new(3);
+        for i in 0..3 {
+            l.on_insert(BufId(i));
+        }
+        l.on_access(0, BufId(0));
+        let first = l.next_candidate(None).unwrap();
+        assert_eq!(first, BufId(1));
+        assert_eq!(l.next_candidate(Some(first)), Some(BufId(2)));
+        assert_eq!(l.next_candidate(Some(BufId(2))), Some(BufId(0)));
+        assert_eq!(l.next_candidate(Some(BufId(0))), None);
+    }
+}
