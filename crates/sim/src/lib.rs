@@ -1,1 +1,14 @@
+//! parcache-sim: a deterministic discrete-event simulator that drives the
+//! same policy code as the real file system (`parcache-core`) against
+//! modelled hardware (DESIGN.md §4).
+//!
+//! Parts: the event [`kernel`] (virtual time), FCFS [`resource`]s, [`disk`]
+//! models, the seeded random source [`rng`], the models of each paper
+//! ([`kotz92`]), and the named [`scenario`]s that reproduce their tables and
+//! figures. Given a seed, every run produces the same result, bit for bit.
 
+pub mod disk;
+pub mod kernel;
+pub mod kotz92;
+pub mod resource;
+pub mod rng;

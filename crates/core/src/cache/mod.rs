@@ -65,6 +65,11 @@ pub struct CacheConfig {
     /// The syncer: every interval, write down every dirty block (Unix's
     /// update daemon, 30 s). `None` turns it off.
     pub syncer: Option<Span>,
+    /// Blocks go down whole (a block device): a write that does not cover a
+    /// whole block first fetches the block, as a read-modify-write. The
+    /// driver completes such a fetch at once when the block does not exist
+    /// below yet. Off for byte-addressed levels below.
+    pub fill_partial_writes: bool,
 }
 
 impl Default for CacheConfig {
@@ -77,6 +82,7 @@ impl Default for CacheConfig {
             prefetch: PrefetchKind::None,
             aux_buffers: 0,
             syncer: Some(Span::from_secs(30)),
+            fill_partial_writes: false,
         }
     }
 }
@@ -163,6 +169,11 @@ struct Buffer {
     want_write: Option<WriteCause>,
     /// Filled by a prefetch and not yet used.
     prefetched: bool,
+    /// One of `pins` is held by a demand fetch for the processes waiting on
+    /// it; the next access to the block takes it over. Without the hold, a
+    /// freshly filled buffer could be taken for another block before its
+    /// waiter returns, and waiters could take each other's buffers forever.
+    held: bool,
 }
 
 impl Buffer {
@@ -177,6 +188,7 @@ impl Buffer {
             pins: 0,
             want_write: None,
             prefetched: false,
+            held: false,
         }
     }
     fn idle(&self) -> bool {
@@ -310,7 +322,18 @@ impl Cache {
         self.repl.admit(proc)?;
         if let Some(&b) = self.table.get(&key) {
             let buf = &mut self.bufs[b.index()];
-            if buf.io != Io::Idle {
+            let bs = self.cfg.block_size;
+            let needs_fetch = match access {
+                Access::Read(r) => !buf.valid.covers(r),
+                Access::Write(r) => {
+                    self.cfg.fill_partial_writes
+                        && !buf.valid.is_full(bs)
+                        && !(r.start == 0 && r.end == bs)
+                }
+            };
+            // A busy buffer, or one that must be filled while another access
+            // is still copying into it, makes the access wait.
+            if buf.io != Io::Idle || (needs_fetch && buf.pins > 0) {
                 self.waiting_on.push((proc, b));
                 return Ok(Begin::Blocked);
             }
@@ -327,10 +350,20 @@ impl Cache {
                         self.stats.prefetch_hits += 1;
                     }
                 }
+                Access::Write(_) if needs_fetch => {
+                    self.stats.fill_fetches += 1;
+                    self.start_fetch(b, false);
+                    self.waiting_on.push((proc, b));
+                    return Ok(Begin::Blocked);
+                }
                 Access::Write(_) => self.stats.write_hits += 1,
             }
             buf.prefetched = false;
-            buf.pins += 1;
+            if buf.held {
+                buf.held = false; // take over the fetch's pin
+            } else {
+                buf.pins += 1;
+            }
             return Ok(Begin::Ready(b));
         }
         let Some(b) = self.allocate(true) else {
@@ -342,6 +375,16 @@ impl Cache {
         match access {
             Access::Read(_) => {
                 self.stats.read_misses += 1;
+                self.start_fetch(b, false);
+                self.waiting_on.push((proc, b));
+                Ok(Begin::Blocked)
+            }
+            Access::Write(r)
+                if self.cfg.fill_partial_writes
+                    && !(r.start == 0 && r.end == self.cfg.block_size) =>
+            {
+                self.stats.write_allocs += 1;
+                self.stats.fill_fetches += 1;
                 self.start_fetch(b, false);
                 self.waiting_on.push((proc, b));
                 Ok(Begin::Blocked)
@@ -397,6 +440,7 @@ impl Cache {
             }
         }
         if self.bufs[buf.index()].pins == 0 {
+            self.resume_on(buf);
             if let Some(cause) = self.bufs[buf.index()].want_write.take() {
                 self.request_write(buf, cause);
             }
@@ -449,10 +493,17 @@ impl Cache {
         buf.prefetched = matches!(buf.io, Io::Fetching { prefetch: true });
         buf.io = Io::Idle;
         buf.valid = RangeSet::full(bs);
-        self.resume_on(b);
-        if self.repl.is_replaceable(b) && self.bufs[b.index()].idle() {
-            self.resume_any();
+        if buf.prefetched {
+            // Nobody waits for a prefetch: the buffer is free to go.
+            if self.repl.is_replaceable(b) {
+                self.resume_any();
+            }
+        } else if !self.waiting_on.iter().any(|&(_, w)| w == b) {
+            // The waiter went away: release the hold.
+            buf.held = false;
+            buf.pins -= 1;
         }
+        self.resume_on(b);
     }
 
     /// A file of `blocks` blocks was opened (prefetch policies start here).
@@ -604,6 +655,7 @@ impl Cache {
         buf.dirty_since = None;
         buf.want_write = None;
         buf.prefetched = false;
+        debug_assert!(!buf.held);
         self.repl.on_evict(b);
         self.recency.remove(b);
         self.stats.evictions += 1;
@@ -647,6 +699,11 @@ impl Cache {
         let token = self.token();
         let buf = &mut self.bufs[b.index()];
         buf.io = Io::Fetching { prefetch };
+        if !prefetch {
+            debug_assert!(!buf.held);
+            buf.held = true;
+            buf.pins += 1;
+        }
         self.inflight.insert(token.0, InFlight::Buffer(b));
         self.stats.fetches += 1;
         let keep = buf.valid.clone();

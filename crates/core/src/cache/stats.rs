@@ -29,6 +29,8 @@ pub struct CacheStats {
     pub write_hits: u64,
     pub write_allocs: u64,
     pub fetches: u64,
+    /// Fetches made to fill a block before a partial write (read-modify-write).
+    pub fill_fetches: u64,
     pub prefetches: u64,
     pub writes: u64,
     pub policy_writes: u64,

@@ -17,6 +17,7 @@ fn cache(buffers: usize, repl: ReplacementKind, write: W) -> Cache {
         prefetch: PrefetchKind::None,
         aux_buffers: 0,
         syncer: None,
+        fill_partial_writes: false,
     })
     .unwrap()
 }
@@ -278,6 +279,7 @@ fn delayed_clean_is_bounded_by_aux_buffers() {
         prefetch: PrefetchKind::None,
         aux_buffers: 1,
         syncer: None,
+        fill_partial_writes: false,
     })
     .unwrap();
     write(&mut c, 1, 0, 0, r(0, BS));
@@ -457,6 +459,41 @@ fn switching_policy_at_run_time_keeps_dirty_data() {
     });
     assert_eq!(written_blocks(&effects(&mut c)), vec![0, 1, 2, 3]);
     assert_eq!(c.dirty_buffers(), 6);
+}
+
+/// Whole-block levels: a partial write into a block fetches it first, and
+/// once filled the buffer goes down whole.
+#[test]
+fn partial_writes_fill_the_block_first_when_asked() {
+    let mut c = Cache::new(CacheConfig {
+        buffers: 4,
+        block_size: BS,
+        write: W::WriteThrough,
+        fill_partial_writes: true,
+        ..CacheConfig::default()
+    })
+    .unwrap();
+    write(&mut c, 0, 0, 1, r(0, BS));
+    assert!(
+        matches!(&effects(&mut c)[..], [Effect::Write { whole: true, .. }]),
+        "a whole-block write needs no fill"
+    );
+    assert_eq!(
+        c.begin(Time(1), 0, k(0), Access::Write(r(0, 10))).unwrap(),
+        Begin::Blocked
+    );
+    let es = effects(&mut c);
+    let [Effect::Fetch { token, .. }] = es[..] else {
+        panic!("{es:?}")
+    };
+    c.fetch_done(Time(2), token);
+    assert_eq!(effects(&mut c), vec![Effect::Resume { proc: 0 }]);
+    write(&mut c, 3, 0, 0, r(0, 10));
+    assert!(matches!(
+        &effects(&mut c)[..],
+        [Effect::Write { whole: true, .. }]
+    ));
+    assert_eq!(c.stats().fill_fetches, 1);
 }
 
 // ---- property tests: a model driver with byte contents ----
@@ -683,6 +720,7 @@ proptest! {
                                toss in any::<bool>(),
                                aux in 0usize..2,
                                prefetch in 0usize..3,
+                               fill in any::<bool>(),
                                ops in proptest::collection::vec(op(), 1..120)) {
         let mut m = Model::new(CacheConfig {
             buffers: 4,
@@ -692,6 +730,7 @@ proptest! {
             prefetch: PrefetchKind::ALL[prefetch],
             aux_buffers: aux,
             syncer: Some(Span(13)),
+            fill_partial_writes: fill,
         });
         m.c.open(Time(0), 1, 7);
         for o in ops {
