@@ -32,6 +32,10 @@ fn main() {
                     request_ms: req,
                     buffer_ms: buf,
                 },
+                overhead_dist: std::env::var("OD")
+                    .unwrap_or("exponential".into())
+                    .parse()
+                    .unwrap(),
                 ..KotzParams::default()
             };
             eprintln!("run {pat} {rb} {buffers}");

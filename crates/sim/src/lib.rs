@@ -10,5 +10,8 @@
 pub mod disk;
 pub mod kernel;
 pub mod kotz92;
+pub mod parallel;
+pub mod plot;
 pub mod resource;
 pub mod rng;
+pub mod scenario;

@@ -221,6 +221,7 @@ pub struct Cache {
     prefetch_queue: VecDeque<BlockKey>,
     prefetch_queued: FxHashSet<BlockKey>,
     proposals: Vec<BlockKey>,
+    scratch: Vec<BufId>,
     sync_due: Option<Time>,
     now: Time,
     stats: CacheStats,
@@ -260,6 +261,7 @@ impl Cache {
             prefetch_queue: VecDeque::new(),
             prefetch_queued: FxHashSet::default(),
             proposals: Vec::new(),
+            scratch: Vec::new(),
             sync_due: None,
             now: Time::ZERO,
             stats: CacheStats::default(),
@@ -366,7 +368,7 @@ impl Cache {
             }
             return Ok(Begin::Ready(b));
         }
-        let Some(b) = self.allocate(true) else {
+        let Some(b) = self.allocate(Some(proc), true) else {
             self.stats.stalls += 1;
             self.waiting_any.push(proc);
             return Ok(Begin::Blocked);
@@ -473,7 +475,9 @@ impl Cache {
                 if let Some(cause) = self.bufs[b.index()].want_write.take() {
                     self.request_write(b, cause);
                 }
-                if self.repl.is_replaceable(b) && self.bufs[b.index()].idle() {
+                // A clean idle buffer may serve a waiter, even one that is
+                // replaceable only for that waiter (its own MRU buffer).
+                if self.bufs[b.index()].idle() {
                     self.resume_any();
                 }
             }
@@ -539,7 +543,7 @@ impl Cache {
                 i += 1;
                 continue;
             }
-            let b = self.allocate(false)?;
+            let b = self.allocate(None, false)?;
             self.prefetch_queue.remove(i);
             self.prefetch_queued.remove(&key);
             self.install(b, key);
@@ -661,38 +665,68 @@ impl Cache {
         self.stats.evictions += 1;
     }
 
-    /// Finds a buffer for a new block. With `may_write`, dirty candidates met
-    /// on the way are started down as the write policy allows (the shared
-    /// fallback of every policy); otherwise only clean ones are taken.
-    fn allocate(&mut self, may_write: bool) -> Option<BufId> {
+    /// Finds a buffer for a new block: the first clean candidate in the
+    /// replacement order. If none is clean and `may_write`, dirty candidates
+    /// are started down (the shared fallback of every policy): with an
+    /// auxiliary buffer free, one is copied aside and its buffer taken at
+    /// once (delayed clean); otherwise as many as the policy's
+    /// `writes_per_need` allows. When that is unbounded, every complete
+    /// dirty candidate goes down, but a block not yet completely written
+    /// goes down only if the writes already on their way will not free a
+    /// candidate for every waiting process and this one: writing an
+    /// unfinished block early is a rewrite mistake (1992 §3.3.2).
+    fn allocate(&mut self, proc: Option<ProcId>, may_write: bool) -> Option<BufId> {
         if let Some(b) = self.free.pop() {
             return Some(b);
         }
-        let limit = self.write.writes_per_need();
-        let mut issued = 0usize;
-        let mut cur = self.repl.next_candidate(None);
+        let mut dirty = std::mem::take(&mut self.scratch);
+        dirty.clear();
+        let mut relief = 0usize;
+        let mut cur = self.repl.next_candidate(proc, None);
         while let Some(c) = cur {
-            cur = self.repl.next_candidate(Some(c));
+            cur = self.repl.next_candidate(proc, Some(c));
             let buf = &self.bufs[c.index()];
-            if !buf.idle() {
-                continue;
+            if buf.idle() {
+                if buf.dirty.is_empty() {
+                    self.scratch = dirty;
+                    self.evict(c);
+                    return Some(c);
+                }
+                dirty.push(c);
+            } else if buf.pins == 0 && buf.io == Io::Writing {
+                relief += 1;
             }
-            if buf.dirty.is_empty() {
-                self.evict(c);
-                return Some(c);
-            }
-            if !may_write || limit.is_some_and(|l| issued >= l) {
-                continue;
-            }
-            issued += 1;
+        }
+        let mut taken = None;
+        if may_write && !dirty.is_empty() {
             if self.aux_in_use < self.cfg.aux_buffers {
+                let c = dirty[0];
                 self.issue_write(c, WriteCause::Need, true);
                 self.evict(c);
-                return Some(c);
+                taken = Some(c);
+            } else {
+                match self.write.writes_per_need() {
+                    Some(n) => {
+                        for &c in dirty.iter().take(n) {
+                            self.issue_write(c, WriteCause::Need, false);
+                        }
+                    }
+                    None => {
+                        // A complete block is never a mistake to write; an
+                        // unfinished one waits while buffers are on their way.
+                        let bs = self.cfg.block_size;
+                        let patient = relief > self.waiting_any.len();
+                        for &c in dirty.iter() {
+                            if !patient || self.bufs[c.index()].written.is_full(bs) {
+                                self.issue_write(c, WriteCause::Need, false);
+                            }
+                        }
+                    }
+                }
             }
-            self.issue_write(c, WriteCause::Need, false);
         }
-        None
+        self.scratch = dirty;
+        taken
     }
 
     fn start_fetch(&mut self, b: BufId, prefetch: bool) -> IoToken {

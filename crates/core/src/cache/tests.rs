@@ -120,14 +120,15 @@ fn write_back_writes_only_when_a_buffer_is_needed() {
         write(&mut c, i, 0, i, r(0, BS));
     }
     assert!(written_blocks(&effects(&mut c)).is_empty());
-    // Block 4 needs a buffer: the three replaceable dirty ones start down
-    // (block 3 is process 0's MRU block and stays), and the access waits.
+    // Block 4 needs a buffer: every dirty candidate starts down, oldest
+    // first, the requester's own MRU block (which it is leaving) last; the
+    // access waits for the first to finish.
     assert_eq!(
         c.begin(Time(10), 0, k(4), Access::Write(r(0, BS))).unwrap(),
         Begin::Blocked
     );
     let es = effects(&mut c);
-    assert_eq!(written_blocks(&es), vec![0, 1, 2]);
+    assert_eq!(written_blocks(&es), vec![0, 1, 2, 3]);
     assert!(es.iter().all(|e| matches!(
         e,
         Effect::Write {

@@ -35,7 +35,7 @@ impl Replacement for Lru {
     fn is_replaceable(&self, buf: BufId) -> bool {
         self.order.contains(buf)
     }
-    fn next_candidate(&self, prev: Option<BufId>) -> Option<BufId> {
+    fn next_candidate(&self, _proc: Option<ProcId>, prev: Option<BufId>) -> Option<BufId> {
         match prev {
             None => self.order.lru(),
             Some(p) => self.order.newer(p),
@@ -54,10 +54,10 @@ mod tests {
             l.on_insert(BufId(i));
         }
         l.on_access(0, BufId(0));
-        let first = l.next_candidate(None).unwrap();
+        let first = l.next_candidate(None, None).unwrap();
         assert_eq!(first, BufId(1));
-        assert_eq!(l.next_candidate(Some(first)), Some(BufId(2)));
-        assert_eq!(l.next_candidate(Some(BufId(2))), Some(BufId(0)));
-        assert_eq!(l.next_candidate(Some(BufId(0))), None);
+        assert_eq!(l.next_candidate(None, Some(first)), Some(BufId(2)));
+        assert_eq!(l.next_candidate(None, Some(BufId(2))), Some(BufId(0)));
+        assert_eq!(l.next_candidate(None, Some(BufId(0))), None);
     }
 }

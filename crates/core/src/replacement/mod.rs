@@ -39,9 +39,11 @@ pub trait Replacement: Send {
     fn on_evict(&mut self, buf: BufId);
     /// Whether the policy allows `buf` to be replaced.
     fn is_replaceable(&self, buf: BufId) -> bool;
-    /// Candidates in order of preference: the first one, then the one after
-    /// `prev`. Only replaceable buffers are returned.
-    fn next_candidate(&self, prev: Option<BufId>) -> Option<BufId>;
+    /// Candidates in order of preference for a buffer that `proc` needs: the
+    /// first one, then the one after `prev`. Only buffers replaceable for
+    /// `proc` are returned (for toss-immediately, that includes the buffer
+    /// holding `proc`'s own MRU block, which it is about to leave).
+    fn next_candidate(&self, proc: Option<ProcId>, prev: Option<BufId>) -> Option<BufId>;
 }
 
 /// The replacement policies of the catalogue.

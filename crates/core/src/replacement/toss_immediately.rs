@@ -71,11 +71,12 @@ impl Replacement for TossImmediately {
     }
 
     fn on_evict(&mut self, buf: BufId) {
-        debug_assert_eq!(
-            self.mru_count[buf.index()],
-            0,
-            "evicting a process's MRU block"
-        );
+        // Only a process's own MRU buffer, taken for its next block, can be
+        // evicted while counted; that process no longer has an MRU block.
+        if self.mru_count[buf.index()] > 0 {
+            self.mru_of.retain(|_, b| *b != buf);
+            self.mru_count[buf.index()] = 0;
+        }
         self.order.remove(buf);
     }
 
@@ -83,13 +84,17 @@ impl Replacement for TossImmediately {
         self.order.contains(buf) && self.mru_count[buf.index()] == 0
     }
 
-    fn next_candidate(&self, prev: Option<BufId>) -> Option<BufId> {
+    fn next_candidate(&self, proc: Option<ProcId>, prev: Option<BufId>) -> Option<BufId> {
+        let own = proc.and_then(|p| self.mru_of.get(&p).copied());
         let mut cur = match prev {
             None => self.order.lru(),
             Some(p) => self.order.newer(p),
         };
         while let Some(c) = cur {
-            if self.mru_count[c.index()] == 0 {
+            let n = self.mru_count[c.index()];
+            // The requester's own MRU buffer is one it is leaving: with one
+            // buffer per process, that is the only buffer it can have.
+            if n == 0 || (n == 1 && own == Some(c)) {
                 return Some(c);
             }
             cur = self.order.newer(c);
@@ -122,9 +127,26 @@ mod tests {
         assert_eq!(t.on_access(1, BufId(3)), None);
         assert!(!t.is_replaceable(BufId(1)));
         assert_eq!(t.on_access(0, BufId(3)), Some(BufId(1)));
-        let cands: Vec<_> =
-            std::iter::successors(t.next_candidate(None), |p| t.next_candidate(Some(*p))).collect();
+        let cands: Vec<_> = std::iter::successors(t.next_candidate(None, None), |p| {
+            t.next_candidate(None, Some(*p))
+        })
+        .collect();
         assert_eq!(cands, vec![BufId(0), BufId(2), BufId(1)]);
+        // Process 1's own MRU buffer (3, shared with process 0) is not its to take.
+        assert_eq!(t.next_candidate(Some(1), Some(BufId(1))), None);
+        t.on_access(0, BufId(0));
+        assert_eq!(
+            t.next_candidate(Some(1), Some(BufId(1))),
+            Some(BufId(3)),
+            "process 1 alone holds 3 now"
+        );
+        t.on_evict(BufId(3));
+        assert!(!t.is_replaceable(BufId(3)));
+        assert_eq!(
+            t.on_access(1, BufId(2)),
+            None,
+            "process 1 had no MRU block left"
+        );
     }
 
     /// 1992 §3.3.1: "The cache must have at least as many buffers as processes."

@@ -125,6 +125,19 @@ pub fn run(p: &KotzParams) -> Result<KotzResult, ParamError> {
     let mut sim = Sim::new(p)?;
     sim.start();
     sim.run();
+    let stuck: Vec<u32> = sim
+        .procs
+        .iter()
+        .enumerate()
+        .filter(|(_, pr)| pr.phase != Phase::Done)
+        .map(|(i, _)| i as u32)
+        .collect();
+    if !stuck.is_empty() {
+        return Err(ParamError::Deadlock {
+            processes: stuck.len(),
+            at: sim.k.now().as_secs_f64(),
+        });
+    }
     Ok(sim.result())
 }
 

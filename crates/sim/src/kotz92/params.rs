@@ -168,7 +168,9 @@ pub enum ParamError {
     FractionalBytes(f64, u32),
     #[error("--{name} {value} is not a finite, non-negative number")]
     BadNumber { name: &'static str, value: f64 },
-    #[error("--buffers {buffers}: {source}")]
+    #[error("the model deadlocked: {processes} processes still waiting when nothing was left to happen at {at:.3} s (a bug: please report the parameters)")]
+    Deadlock { processes: usize, at: f64 },
+    #[error("--buffers {buffers}: {reason}")]
     Policy {
         buffers: usize,
         source: parcache_core::PolicyError,

@@ -1,0 +1,102 @@
+//! Line plots in the style of the papers' figures: time against cache size
+//! or record size, one line per policy, one panel per pattern.
+
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One line of a panel.
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// One panel (sub-figure).
+pub struct Panel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    /// A dashed horizontal reference line (the ideal time), if any.
+    pub reference: Option<(String, f64)>,
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+];
+
+/// Draws the panels stacked vertically into an SVG file.
+pub fn draw(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
+    let height = 60 + 360 * panels.len() as u32;
+    let root = SVGBackend::new(path, (760, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 22))
+        .map_err(|e| err(&e))?;
+    let areas = root.split_evenly((panels.len(), 1));
+    for (panel, area) in panels.iter().zip(areas.iter()) {
+        let xs = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0));
+        let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+        let ys = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1));
+        let y1 = ys.fold(panel.reference.as_ref().map_or(0.0, |r| r.1), f64::max) * 1.08;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x0..x1, 0.0..y1.max(1e-9))
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(panel.x_label.as_str())
+            .y_desc(panel.y_label.as_str())
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(|e| err(&e))?;
+        if let Some((label, y)) = &panel.reference {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(x0, *y), (x1, *y)],
+                    6,
+                    4,
+                    BLACK.mix(0.5).stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?
+                .label(label.as_str())
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.5)));
+        }
+        for (i, s) in panel.series.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(s.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+            chart
+                .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                .map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
