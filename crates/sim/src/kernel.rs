@@ -80,7 +80,7 @@ impl<E> Kernel<E> {
         self.at(self.now + delay, event);
     }
     /// Takes the next event and advances time to it.
-    pub fn next(&mut self) -> Option<(Time, E)> {
+    pub fn pop(&mut self) -> Option<(Time, E)> {
         let e = self.queue.pop()?;
         self.now = e.at;
         self.handled += 1;
@@ -102,7 +102,7 @@ mod tests {
         k.at(Time(1), 'a');
         k.at(Time(5), 'd');
         k.at(Time(1), 'b');
-        let order: Vec<char> = std::iter::from_fn(|| k.next().map(|(_, e)| e)).collect();
+        let order: Vec<char> = std::iter::from_fn(|| k.pop().map(|(_, e)| e)).collect();
         assert_eq!(order, vec!['a', 'b', 'c', 'd']);
         assert_eq!(k.now(), Time(5));
         assert_eq!(k.handled(), 4);
@@ -113,7 +113,7 @@ mod tests {
     fn refuses_the_past() {
         let mut k = Kernel::new();
         k.at(Time(5), ());
-        k.next();
+        k.pop();
         k.at(Time(4), ());
     }
 }

@@ -183,9 +183,9 @@ impl<'a> Sim<'a> {
                 syncer: None,
                 fill_partial_writes: true,
             };
-            Some(Cache::new(cfg).map_err(|source| ParamError::Policy {
+            Some(Cache::new(cfg).map_err(|reason| ParamError::Policy {
                 buffers: p.buffers,
-                source,
+                reason,
             })?)
         } else {
             None
@@ -223,7 +223,7 @@ impl<'a> Sim<'a> {
     }
 
     fn run(&mut self) {
-        while let Some((now, ev)) = self.k.next() {
+        while let Some((now, ev)) = self.k.pop() {
             match ev {
                 Ev::Proc(i) => self.step(now, i),
                 Ev::Disk(d) => self.disk_done(now, d),

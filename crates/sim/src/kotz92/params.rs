@@ -173,7 +173,7 @@ pub enum ParamError {
     #[error("--buffers {buffers}: {reason}")]
     Policy {
         buffers: usize,
-        source: parcache_core::PolicyError,
+        reason: parcache_core::PolicyError,
     },
 }
 
@@ -249,9 +249,9 @@ impl KotzParams {
         }
         if self.buffers > 0 && self.replacement == ReplacementKind::TossImmediately {
             TossImmediately::check(self.buffers, self.active_procs() as usize).map_err(
-                |source| ParamError::Policy {
+                |reason| ParamError::Policy {
                     buffers: self.buffers,
-                    source,
+                    reason,
                 },
             )?;
         }
