@@ -11,6 +11,9 @@
 //! The driver carries out the effects after every call, before it touches a
 //! buffer that [`Cache::begin`] returned: a detached write names a buffer
 //! whose bytes must be copied out before the buffer takes its new block.
+//! A process that receives [`Effect::Resume`] must call [`Cache::begin`]
+//! again: a freed buffer wakes one waiter at a time, and the wake-up passes
+//! to the next waiter only through that call.
 //!
 //! Policies plug in at three places: [`Replacement`] chooses victims,
 //! [`WritePolicy`] decides when dirty data goes down, [`Prefetch`] proposes
@@ -217,7 +220,13 @@ pub struct Cache {
     next_token: u64,
     effects: VecDeque<Effect>,
     waiting_on: Vec<(ProcId, BufId)>,
-    waiting_any: Vec<ProcId>,
+    /// Processes waiting for any buffer, first come first served.
+    waiting_any: VecDeque<ProcId>,
+    /// Waiters resumed to try a freed buffer, with how many other waiters
+    /// may still be tried after them if they fail. A freed buffer wakes one
+    /// waiter at a time, not all of them (no thundering herd); a woken
+    /// waiter that cannot use it passes the wake-up on, so none is lost.
+    woken: Vec<(ProcId, usize)>,
     prefetch_queue: VecDeque<BlockKey>,
     prefetch_queued: FxHashSet<BlockKey>,
     proposals: Vec<BlockKey>,
@@ -257,7 +266,8 @@ impl Cache {
             next_token: 0,
             effects: VecDeque::new(),
             waiting_on: Vec::new(),
-            waiting_any: Vec::new(),
+            waiting_any: VecDeque::new(),
+            woken: Vec::new(),
             prefetch_queue: VecDeque::new(),
             prefetch_queued: FxHashSet::default(),
             proposals: Vec::new(),
@@ -322,6 +332,35 @@ impl Cache {
             });
         }
         self.repl.admit(proc)?;
+        let probe = self
+            .woken
+            .iter()
+            .position(|&(p, _)| p == proc)
+            .map(|i| self.woken.swap_remove(i).1);
+        let begun = self.begin_inner(proc, key, access);
+        if let (Ok(Begin::Blocked), Some(left)) = (&begun, probe) {
+            // This waiter could not use what was freed: let the next one try.
+            if left > 0 {
+                if let Some(q) = self
+                    .waiting_any
+                    .iter()
+                    .position(|&q| q != proc)
+                    .and_then(|i| self.waiting_any.remove(i))
+                {
+                    self.woken.push((q, left - 1));
+                    self.effects.push_back(Effect::Resume { proc: q });
+                }
+            }
+        }
+        begun
+    }
+
+    fn begin_inner(
+        &mut self,
+        proc: ProcId,
+        key: BlockKey,
+        access: Access,
+    ) -> Result<Begin, AccessError> {
         if let Some(&b) = self.table.get(&key) {
             let buf = &mut self.bufs[b.index()];
             let bs = self.cfg.block_size;
@@ -370,7 +409,7 @@ impl Cache {
         }
         let Some(b) = self.allocate(Some(proc), true) else {
             self.stats.stalls += 1;
-            self.waiting_any.push(proc);
+            self.waiting_any.push_back(proc);
             return Ok(Begin::Blocked);
         };
         self.install(b, key);
@@ -682,20 +721,25 @@ impl Cache {
         let mut dirty = std::mem::take(&mut self.scratch);
         dirty.clear();
         let mut relief = 0usize;
-        let mut cur = self.repl.next_candidate(proc, None);
-        while let Some(c) = cur {
-            cur = self.repl.next_candidate(proc, Some(c));
-            let buf = &self.bufs[c.index()];
+        let mut clean = None;
+        let bufs = &self.bufs;
+        self.repl.candidates(proc, &mut |c| {
+            let buf = &bufs[c.index()];
             if buf.idle() {
                 if buf.dirty.is_empty() {
-                    self.scratch = dirty;
-                    self.evict(c);
-                    return Some(c);
+                    clean = Some(c);
+                    return false;
                 }
                 dirty.push(c);
             } else if buf.pins == 0 && buf.io == Io::Writing {
                 relief += 1;
             }
+            true
+        });
+        if let Some(c) = clean {
+            self.scratch = dirty;
+            self.evict(c);
+            return Some(c);
         }
         let mut taken = None;
         if may_write && !dirty.is_empty() {
@@ -846,8 +890,11 @@ impl Cache {
         });
     }
 
+    /// Something that may serve a waiter was freed: wake the first waiter.
     fn resume_any(&mut self) {
-        for p in self.waiting_any.drain(..) {
+        if let Some(p) = self.waiting_any.pop_front() {
+            let others = self.waiting_any.len();
+            self.woken.push((p, others));
             self.effects.push_back(Effect::Resume { proc: p });
         }
     }

@@ -143,6 +143,41 @@ fn write_back_writes_only_when_a_buffer_is_needed() {
     assert!(!c.contains(k(0)) && c.contains(k(4)));
 }
 
+/// 1992 §3.3.2, write-full "becomes write-back" only for old unfilled
+/// buffers: while a full block already on its way down will free a buffer,
+/// a process that needs one waits for it rather than writing an unfinished
+/// block early (a rewrite mistake).
+#[test]
+fn an_unfinished_block_is_not_written_while_relief_is_on_its_way() {
+    let mut c = cache(3, ReplacementKind::TossImmediately, W::WriteFull);
+    write(&mut c, 1, 0, 0, r(0, BS));
+    let full = effects(&mut c);
+    assert_eq!(written_blocks(&full), vec![0]);
+    write(&mut c, 2, 0, 1, r(0, 512));
+    write(&mut c, 3, 1, 2, r(512, BS));
+    assert_eq!(
+        c.begin(Time(4), 0, k(3), Access::Write(r(0, BS))).unwrap(),
+        Begin::Blocked
+    );
+    assert!(
+        written_blocks(&effects(&mut c)).is_empty(),
+        "block 1 is unfinished: wait for block 0's write"
+    );
+    complete_writes(&mut c, 5, &full);
+    assert_eq!(effects(&mut c), vec![Effect::Resume { proc: 0 }]);
+    write(&mut c, 6, 0, 3, r(0, BS));
+    assert_eq!(c.stats().immediate_writes, 0);
+    // With nothing on its way, the unfinished block must go (write-back behaviour).
+    let mut c = cache(2, ReplacementKind::TossImmediately, W::WriteFull);
+    write(&mut c, 1, 0, 0, r(0, 512));
+    write(&mut c, 2, 1, 1, r(0, 512));
+    assert_eq!(
+        c.begin(Time(3), 0, k(2), Access::Write(r(0, BS))).unwrap(),
+        Begin::Blocked
+    );
+    assert_eq!(written_blocks(&effects(&mut c)), vec![0]);
+}
+
 /// 1992 §3.3.2: WriteFree "issues a disk write when the buffer becomes
 /// replaceable" — under toss-immediately, when its process moves on.
 #[test]

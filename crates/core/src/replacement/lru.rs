@@ -35,10 +35,13 @@ impl Replacement for Lru {
     fn is_replaceable(&self, buf: BufId) -> bool {
         self.order.contains(buf)
     }
-    fn next_candidate(&self, _proc: Option<ProcId>, prev: Option<BufId>) -> Option<BufId> {
-        match prev {
-            None => self.order.lru(),
-            Some(p) => self.order.newer(p),
+    fn candidates(&self, _proc: Option<ProcId>, visit: &mut dyn FnMut(BufId) -> bool) {
+        let mut cur = self.order.lru();
+        while let Some(c) = cur {
+            if !visit(c) {
+                return;
+            }
+            cur = self.order.newer(c);
         }
     }
 }
@@ -54,10 +57,11 @@ mod tests {
             l.on_insert(BufId(i));
         }
         l.on_access(0, BufId(0));
-        let first = l.next_candidate(None, None).unwrap();
-        assert_eq!(first, BufId(1));
-        assert_eq!(l.next_candidate(None, Some(first)), Some(BufId(2)));
-        assert_eq!(l.next_candidate(None, Some(BufId(2))), Some(BufId(0)));
-        assert_eq!(l.next_candidate(None, Some(BufId(0))), None);
+        let mut order = vec![];
+        l.candidates(None, &mut |b| {
+            order.push(b);
+            true
+        });
+        assert_eq!(order, vec![BufId(1), BufId(2), BufId(0)]);
     }
 }

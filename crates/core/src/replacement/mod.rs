@@ -39,11 +39,12 @@ pub trait Replacement: Send {
     fn on_evict(&mut self, buf: BufId);
     /// Whether the policy allows `buf` to be replaced.
     fn is_replaceable(&self, buf: BufId) -> bool;
-    /// Candidates in order of preference for a buffer that `proc` needs: the
-    /// first one, then the one after `prev`. Only buffers replaceable for
-    /// `proc` are returned (for toss-immediately, that includes the buffer
-    /// holding `proc`'s own MRU block, which it is about to leave).
-    fn next_candidate(&self, proc: Option<ProcId>, prev: Option<BufId>) -> Option<BufId>;
+    /// Offers the candidates for a buffer that `proc` needs to `visit`, in
+    /// order of preference, until `visit` returns `false`. Only buffers
+    /// replaceable for `proc` are offered (for toss-immediately, that
+    /// includes the buffer holding `proc`'s own MRU block, which it is
+    /// about to leave).
+    fn candidates(&self, proc: Option<ProcId>, visit: &mut dyn FnMut(BufId) -> bool);
 }
 
 /// The replacement policies of the catalogue.

@@ -84,22 +84,18 @@ impl Replacement for TossImmediately {
         self.order.contains(buf) && self.mru_count[buf.index()] == 0
     }
 
-    fn next_candidate(&self, proc: Option<ProcId>, prev: Option<BufId>) -> Option<BufId> {
+    fn candidates(&self, proc: Option<ProcId>, visit: &mut dyn FnMut(BufId) -> bool) {
         let own = proc.and_then(|p| self.mru_of.get(&p).copied());
-        let mut cur = match prev {
-            None => self.order.lru(),
-            Some(p) => self.order.newer(p),
-        };
+        let mut cur = self.order.lru();
         while let Some(c) = cur {
             let n = self.mru_count[c.index()];
             // The requester's own MRU buffer is one it is leaving: with one
             // buffer per process, that is the only buffer it can have.
-            if n == 0 || (n == 1 && own == Some(c)) {
-                return Some(c);
+            if (n == 0 || (n == 1 && own == Some(c))) && !visit(c) {
+                return;
             }
             cur = self.order.newer(c);
         }
-        None
     }
 }
 
@@ -127,17 +123,21 @@ mod tests {
         assert_eq!(t.on_access(1, BufId(3)), None);
         assert!(!t.is_replaceable(BufId(1)));
         assert_eq!(t.on_access(0, BufId(3)), Some(BufId(1)));
-        let cands: Vec<_> = std::iter::successors(t.next_candidate(None, None), |p| {
-            t.next_candidate(None, Some(*p))
-        })
-        .collect();
-        assert_eq!(cands, vec![BufId(0), BufId(2), BufId(1)]);
+        let cands = |t: &TossImmediately, proc| {
+            let mut v = vec![];
+            t.candidates(proc, &mut |b| {
+                v.push(b);
+                true
+            });
+            v
+        };
+        assert_eq!(cands(&t, None), vec![BufId(0), BufId(2), BufId(1)]);
         // Process 1's own MRU buffer (3, shared with process 0) is not its to take.
-        assert_eq!(t.next_candidate(Some(1), Some(BufId(1))), None);
+        assert_eq!(cands(&t, Some(1)), vec![BufId(0), BufId(2), BufId(1)]);
         t.on_access(0, BufId(0));
         assert_eq!(
-            t.next_candidate(Some(1), Some(BufId(1))),
-            Some(BufId(3)),
+            cands(&t, Some(1)),
+            vec![BufId(2), BufId(1), BufId(3)],
             "process 1 alone holds 3 now"
         );
         t.on_evict(BufId(3));

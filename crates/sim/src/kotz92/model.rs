@@ -35,6 +35,8 @@ pub struct KotzResult {
     pub disk_reads: u64,
     /// Disk writes of a block beyond its first (1992 §3.3.2).
     pub rewrite_mistakes: u64,
+    /// Distinct blocks that reached disk.
+    pub blocks_written: u64,
     /// Busy time over total time, per disk.
     pub disk_utilisation: Vec<f64>,
     pub mean_utilisation: f64,
@@ -540,6 +542,7 @@ impl<'a> Sim<'a> {
                 .iter()
                 .map(|&w| w.saturating_sub(1) as u64)
                 .sum(),
+            blocks_written: self.writes_of.iter().filter(|&&w| w > 0).count() as u64,
             disk_utilisation: util,
             mean_utilisation: mean,
             stalls: self.cache.as_ref().map_or(0, |c| c.stats().stalls),
