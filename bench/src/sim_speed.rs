@@ -68,26 +68,17 @@ fn main() -> Result<()> {
         "1992 model, one core: {events} events in {secs:.2} s = {:.2} M events/s",
         rate / 1e6
     );
-    println!(
-        "bare event kernel, same run:          {:.2} M events/s",
-        base / 1e6
-    );
+    println!("bare event kernel, same run:          {:.2} M events/s", base / 1e6);
     println!("ratio model / bare kernel:            {:.2}", rate / base);
     println!("ratio model / 5 M events/s target:    {:.2}", rate / 5e6);
 
     let opts = RunOptions::default();
     let t = Instant::now();
-    for s in scenario::list()
-        .iter()
-        .filter(|s| s.name.starts_with("kotz92-"))
-    {
+    for s in scenario::list().iter().filter(|s| s.name.starts_with("kotz92-")) {
         scenario::run(s.name, &opts, &|| {})?;
     }
     let all = t.elapsed().as_secs_f64();
-    println!(
-        "all kotz92-* scenarios on {} threads:  {all:.2} s",
-        opts.threads
-    );
+    println!("all kotz92-* scenarios on {} threads:  {all:.2} s", opts.threads);
     println!("ratio 10 s target / time:             {:.2}", 10.0 / all);
     Ok(())
 }

@@ -150,11 +150,9 @@ pub fn run(cmd: SimCommand) -> Result<()> {
 fn bar(len: usize, what: &str) -> ProgressBar {
     let pb = ProgressBar::new(len as u64);
     pb.set_style(
-        ProgressStyle::with_template(
-            "{msg:>14} [{bar:40}] {pos}/{len} runs ({elapsed}, eta {eta})",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{msg:>14} [{bar:40}] {pos}/{len} runs ({elapsed}, eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
     pb
@@ -188,13 +186,9 @@ fn run_scenarios(a: RunArgs) -> Result<()> {
 
 fn run_all(a: &RunArgs, opts: &RunOptions) -> Result<()> {
     let dir: &Path = &a.out;
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating output directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating output directory {}", dir.display()))?;
     let all = scenario::list();
-    let total: usize = all
-        .iter()
-        .map(|s| scenario::runs(s.name).unwrap_or(0))
-        .sum();
+    let total: usize = all.iter().map(|s| scenario::runs(s.name).unwrap_or(0)).sum();
     let pb = bar(total, "all");
     let mut summary = vec![];
     for s in &all {
@@ -210,12 +204,7 @@ fn run_all(a: &RunArgs, opts: &RunOptions) -> Result<()> {
             out.plot(&dir.join(format!("{}.svg", s.name)))?;
         }
         let missed = out.checks.iter().filter(|c| !c.pass).count();
-        summary.push(format!(
-            "{:<14} {} checks, {} missed",
-            s.name,
-            out.checks.len(),
-            missed
-        ));
+        summary.push(format!("{:<14} {} checks, {} missed", s.name, out.checks.len(), missed));
     }
     pb.finish_and_clear();
     for line in summary {
@@ -275,10 +264,7 @@ fn run_kotz(a: KotzArgs) -> Result<()> {
             out!("rewrite mistakes  {:>10}", r.rewrite_mistakes);
             out!("stalls for buffers{:>10}", r.stalls);
             out!("time waiting      {:>10.3} process-s", r.wait_seconds);
-            out!(
-                "disk utilisation  {:>10.1} % mean",
-                r.mean_utilisation * 100.0
-            );
+            out!("disk utilisation  {:>10.1} % mean", r.mean_utilisation * 100.0);
             out!("events            {:>10}", r.events);
         }
     }

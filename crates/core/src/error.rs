@@ -25,11 +25,7 @@ pub enum AccessError {
     #[error(transparent)]
     Policy(#[from] PolicyError),
     #[error("byte range [{start},{end}) is outside a block of {block_size} bytes")]
-    OutOfBlock {
-        start: u32,
-        end: u32,
-        block_size: u32,
-    },
+    OutOfBlock { start: u32, end: u32, block_size: u32 },
     #[error("buffer {0} is not pinned by an access in progress")]
     NotPinned(u32),
 }

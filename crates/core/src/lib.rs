@@ -24,9 +24,7 @@ pub mod time;
 pub mod write;
 
 pub use block::{split_blocks, BlockKey, BlockPiece, ByteRange, FileId, RangeSet};
-pub use cache::{
-    Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, IoToken, ProcId, WriteCause,
-};
+pub use cache::{Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, IoToken, ProcId, WriteCause};
 pub use error::{AccessError, PolicyError};
 pub use prefetch::PrefetchKind;
 pub use replacement::ReplacementKind;

@@ -30,15 +30,8 @@ pub struct StripeChunk {
 
 impl StripeLayout {
     pub fn new(unit: u64, width: u32) -> Self {
-        assert!(
-            unit > 0 && width > 0,
-            "stripe unit and width must be positive"
-        );
-        StripeLayout {
-            unit,
-            width,
-            first: 0,
-        }
+        assert!(unit > 0 && width > 0, "stripe unit and width must be positive");
+        StripeLayout { unit, width, first: 0 }
     }
 
     /// Server holding the stripe unit that contains file byte `offset`.

@@ -63,11 +63,7 @@ impl<E> Kernel<E> {
     }
     /// Schedules `event` at `at`, which must not be in the past.
     pub fn at(&mut self, at: Time, event: E) {
-        assert!(
-            at >= self.now,
-            "event scheduled in the past: {at:?} < {:?}",
-            self.now
-        );
+        assert!(at >= self.now, "event scheduled in the past: {at:?} < {:?}", self.now);
         self.seq += 1;
         self.queue.push(Entry {
             at,

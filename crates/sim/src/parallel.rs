@@ -37,9 +37,7 @@ pub fn map<T: Sync, R: Send>(
 
 /// Threads to use by default: the machine's cores.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 #[cfg(test)]

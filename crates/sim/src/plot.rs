@@ -35,20 +35,12 @@ pub fn draw(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
     let root = SVGBackend::new(path, (760, height)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(title, ("sans-serif", 22))
-        .map_err(|e| err(&e))?;
+    let root = root.titled(title, ("sans-serif", 22)).map_err(|e| err(&e))?;
     let areas = root.split_evenly((panels.len(), 1));
     for (panel, area) in panels.iter().zip(areas.iter()) {
-        let xs = panel
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0));
+        let xs = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
         let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
-        let ys = panel
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1));
+        let ys = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
         let y1 = ys.fold(panel.reference.as_ref().map_or(0.0, |r| r.1), f64::max) * 1.08;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, ("sans-serif", 16))
@@ -82,9 +74,7 @@ pub fn draw(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
                 .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
                 .map_err(|e| err(&e))?
                 .label(s.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
             chart
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
                 .map_err(|e| err(&e))?;

@@ -43,10 +43,7 @@ impl<J> Fcfs<J> {
     /// The job in service finished. Returns it, and the completion time of
     /// the next job if one started.
     pub fn complete(&mut self, now: Time) -> (J, Option<Time>) {
-        let done = self
-            .in_service
-            .take()
-            .expect("completion on an idle resource");
+        let done = self.in_service.take().expect("completion on an idle resource");
         let next = self.queue.pop_front().map(|(j, s)| {
             self.start(j, s);
             now + s

@@ -36,10 +36,7 @@ impl SimRng {
     /// are drawn again (a truncated distribution, as in Kotz & Ellis 1992
     /// footnote 2), so no value exceeds `max`.
     pub fn exp_truncated(&mut self, mean: f64, max: f64) -> f64 {
-        assert!(
-            mean > 0.0 && max > 0.0,
-            "exponential needs positive mean and bound"
-        );
+        assert!(mean > 0.0 && max > 0.0, "exponential needs positive mean and bound");
         loop {
             let u = 1.0 - self.uniform(); // (0, 1]
             let x = -mean * u.ln();
@@ -69,10 +66,7 @@ mod tests {
             })
             .collect();
         assert_eq!(a, b);
-        assert_ne!(
-            SimRng::stream(7, 0).uniform(),
-            SimRng::stream(7, 1).uniform()
-        );
+        assert_ne!(SimRng::stream(7, 0).uniform(), SimRng::stream(7, 1).uniform());
     }
 
     #[test]

@@ -17,18 +17,10 @@ fn golden(name: &str) {
         std::fs::write(&path, &json).unwrap();
         return;
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()));
     if json != want {
-        let line = json
-            .lines()
-            .zip(want.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(0);
+        let line = json.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(0);
         panic!(
             "{name} differs from {} at line {}:\n  now:    {}\n  golden: {}",
             path.display(),
@@ -95,10 +87,7 @@ fn threads_do_not_change_results() {
 fn reported_checks_pass() {
     let must_pass = [
         ("kotz92-fig1", "gw: write-back is the slowest policy"),
-        (
-            "kotz92-fig2",
-            "gw with compute: write-free is slower than write-full",
-        ),
+        ("kotz92-fig2", "gw with compute: write-free is slower than write-full"),
         ("kotz92-fig3", "lw1: larger caches help"),
         ("kotz92-fig4", "seg: larger caches help"),
         (

@@ -2,9 +2,7 @@
 //! invariants under every policy, and determinism.
 
 use parcache_core::{ReplacementKind, WritePolicyKind as W};
-use parcache_sim::kotz92::{
-    run, Compute, KotzParams, OverheadDist, Overheads, ParamError, Pattern,
-};
+use parcache_sim::kotz92::{run, Compute, KotzParams, OverheadDist, Overheads, ParamError, Pattern};
 use proptest::prelude::*;
 
 fn bare(pattern: Pattern, buffers: usize) -> KotzParams {

@@ -315,13 +315,7 @@ impl Cache {
     }
 
     /// `proc` starts to access `key`. See [`Begin`].
-    pub fn begin(
-        &mut self,
-        now: Time,
-        proc: ProcId,
-        key: BlockKey,
-        access: Access,
-    ) -> Result<Begin, AccessError> {
+    pub fn begin(&mut self, now: Time, proc: ProcId, key: BlockKey, access: Access) -> Result<Begin, AccessError> {
         self.now = now;
         let r = access.range();
         if r.start > r.end || r.end > self.cfg.block_size {
@@ -355,21 +349,14 @@ impl Cache {
         begun
     }
 
-    fn begin_inner(
-        &mut self,
-        proc: ProcId,
-        key: BlockKey,
-        access: Access,
-    ) -> Result<Begin, AccessError> {
+    fn begin_inner(&mut self, proc: ProcId, key: BlockKey, access: Access) -> Result<Begin, AccessError> {
         if let Some(&b) = self.table.get(&key) {
             let buf = &mut self.bufs[b.index()];
             let bs = self.cfg.block_size;
             let needs_fetch = match access {
                 Access::Read(r) => !buf.valid.covers(r),
                 Access::Write(r) => {
-                    self.cfg.fill_partial_writes
-                        && !buf.valid.is_full(bs)
-                        && !(r.start == 0 && r.end == bs)
+                    self.cfg.fill_partial_writes && !buf.valid.is_full(bs) && !(r.start == 0 && r.end == bs)
                 }
             };
             // A busy buffer, or one that must be filled while another access
@@ -420,10 +407,7 @@ impl Cache {
                 self.waiting_on.push((proc, b));
                 Ok(Begin::Blocked)
             }
-            Access::Write(r)
-                if self.cfg.fill_partial_writes
-                    && !(r.start == 0 && r.end == self.cfg.block_size) =>
-            {
+            Access::Write(r) if self.cfg.fill_partial_writes && !(r.start == 0 && r.end == self.cfg.block_size) => {
                 self.stats.write_allocs += 1;
                 self.stats.fill_fetches += 1;
                 self.start_fetch(b, false);
@@ -440,13 +424,7 @@ impl Cache {
 
     /// `proc` finished the access it began on `buf`: for a write, the bytes
     /// of the range are now in the buffer.
-    pub fn end(
-        &mut self,
-        now: Time,
-        proc: ProcId,
-        buf: BufId,
-        access: Access,
-    ) -> Result<(), AccessError> {
+    pub fn end(&mut self, now: Time, proc: ProcId, buf: BufId, access: Access) -> Result<(), AccessError> {
         self.now = now;
         let b = &mut self.bufs[buf.index()];
         if b.pins == 0 || b.key.is_none() {
@@ -564,11 +542,7 @@ impl Cache {
 
     /// Hands out the next queued prefetch whose device `idle` says is free,
     /// if a clean buffer can be had without writing or waiting.
-    pub fn poll_prefetch(
-        &mut self,
-        now: Time,
-        idle: &mut dyn FnMut(BlockKey) -> bool,
-    ) -> Option<Effect> {
+    pub fn poll_prefetch(&mut self, now: Time, idle: &mut dyn FnMut(BlockKey) -> bool) -> Option<Effect> {
         self.now = now;
         let mut i = 0;
         while i < self.prefetch_queue.len() {
@@ -611,9 +585,10 @@ impl Cache {
 
     /// Whether any block of `file` still holds bytes not written down.
     pub fn file_is_clean(&self, file: FileId) -> bool {
-        self.bufs.iter().all(|b| {
-            b.key.is_none_or(|k| k.file != file) || (b.dirty.is_empty() && b.io != Io::Writing)
-        }) && self.aux_in_use == 0
+        self.bufs
+            .iter()
+            .all(|b| b.key.is_none_or(|k| k.file != file) || (b.dirty.is_empty() && b.io != Io::Writing))
+            && self.aux_in_use == 0
     }
 
     fn flush_where(&mut self, now: Time, pred: impl Fn(BlockKey) -> bool) {
@@ -686,10 +661,7 @@ impl Cache {
 
     fn evict(&mut self, b: BufId) {
         let buf = &mut self.bufs[b.index()];
-        debug_assert!(
-            buf.dirty.is_empty() && buf.idle(),
-            "evicting a busy or dirty buffer"
-        );
+        debug_assert!(buf.dirty.is_empty() && buf.idle(), "evicting a busy or dirty buffer");
         if let Some(k) = buf.key.take() {
             self.table.remove(&k);
         }
@@ -858,9 +830,9 @@ impl Cache {
     }
 
     fn check_dirty_level(&mut self) {
-        let n =
-            self.write
-                .on_dirty_level(self.dirty + self.writing, self.writing, self.cfg.buffers);
+        let n = self
+            .write
+            .on_dirty_level(self.dirty + self.writing, self.writing, self.cfg.buffers);
         if n == 0 {
             return;
         }

@@ -97,8 +97,7 @@ fn write_through_writes_every_request_and_blocks_rewrites_until_done() {
     assert!(matches!(&es[0], Effect::Write { whole: false, .. }));
     // The buffer is not usable until its write completes.
     assert_eq!(
-        c.begin(Time(2), 1, k(0), Access::Write(r(256, 512)))
-            .unwrap(),
+        c.begin(Time(2), 1, k(0), Access::Write(r(256, 512))).unwrap(),
         Begin::Blocked
     );
     complete_writes(&mut c, 3, &es);
@@ -204,9 +203,7 @@ fn toss_immediately_refuses_more_processes_than_buffers() {
     let mut c = cache(2, ReplacementKind::TossImmediately, W::WriteFull);
     write(&mut c, 1, 0, 0, r(0, 10));
     write(&mut c, 2, 1, 1, r(0, 10));
-    let e = c
-        .begin(Time(3), 2, k(2), Access::Write(r(0, 10)))
-        .unwrap_err();
+    let e = c.begin(Time(3), 2, k(2), Access::Write(r(0, 10))).unwrap_err();
     assert_eq!(
         e,
         AccessError::Policy(PolicyError::TooFewBuffers {
@@ -256,17 +253,10 @@ fn threshold_drains_lru_dirty_blocks_from_high_to_low() {
     for i in 0..8 {
         write(&mut c, i, 0, i, r(0, BS));
     }
-    assert!(
-        written_blocks(&effects(&mut c)).is_empty(),
-        "8 of 10 is not above 80%"
-    );
+    assert!(written_blocks(&effects(&mut c)).is_empty(), "8 of 10 is not above 80%");
     write(&mut c, 9, 0, 8, r(0, BS));
     let es = effects(&mut c);
-    assert_eq!(
-        written_blocks(&es),
-        vec![0, 1, 2, 3, 4, 5],
-        "9 dirty, down to 3"
-    );
+    assert_eq!(written_blocks(&es), vec![0, 1, 2, 3, 4, 5], "9 dirty, down to 3");
     assert!(es.iter().all(|e| matches!(
         e,
         Effect::Write {
@@ -371,9 +361,7 @@ fn reads_miss_fetch_and_then_hit() {
     );
     let es = effects(&mut c);
     let Effect::Fetch {
-        token,
-        prefetch: false,
-        ..
+        token, prefetch: false, ..
     } = es[0]
     else {
         panic!("{es:?}")
@@ -462,11 +450,7 @@ fn full_file_on_open_queues_every_block_and_never_evicts_dirty_data() {
     while let Some(Effect::Fetch { key, .. }) = c.poll_prefetch(Time(2), &mut |_| true) {
         fetched.push(key.index);
     }
-    assert_eq!(
-        fetched,
-        vec![0, 1],
-        "two free buffers; the dirty one is not taken"
-    );
+    assert_eq!(fetched, vec![0, 1], "two free buffers; the dirty one is not taken");
     assert!(written_blocks(&effects(&mut c)).is_empty());
 }
 
@@ -525,10 +509,7 @@ fn partial_writes_fill_the_block_first_when_asked() {
     c.fetch_done(Time(2), token);
     assert_eq!(effects(&mut c), vec![Effect::Resume { proc: 0 }]);
     write(&mut c, 3, 0, 0, r(0, 10));
-    assert!(matches!(
-        &effects(&mut c)[..],
-        [Effect::Write { whole: true, .. }]
-    ));
+    assert!(matches!(&effects(&mut c)[..], [Effect::Write { whole: true, .. }]));
     assert_eq!(c.stats().fill_fetches, 1);
 }
 
@@ -627,33 +608,21 @@ impl Model {
         let (e, snap) = self.pending.remove(i % self.pending.len());
         self.now += 1;
         match e {
-            Effect::Write {
-                token, key, dirty, ..
-            } => {
+            Effect::Write { token, key, dirty, .. } => {
                 let d = self.disk.entry(key).or_insert_with(|| vec![0; BS as usize]);
                 for rg in dirty.ranges() {
-                    d[rg.start as usize..rg.end as usize]
-                        .copy_from_slice(&snap[rg.start as usize..rg.end as usize]);
+                    d[rg.start as usize..rg.end as usize].copy_from_slice(&snap[rg.start as usize..rg.end as usize]);
                 }
                 self.c.write_done(Time(self.now), token);
             }
             Effect::Fetch {
-                token,
-                key,
-                buf,
-                keep,
-                ..
+                token, key, buf, keep, ..
             } => {
-                let d = self
-                    .disk
-                    .get(&key)
-                    .cloned()
-                    .unwrap_or_else(|| vec![0; BS as usize]);
+                let d = self.disk.get(&key).cloned().unwrap_or_else(|| vec![0; BS as usize]);
                 let b = &mut self.bufs[buf.index()];
                 let mut merged = d;
                 for rg in keep.ranges() {
-                    merged[rg.start as usize..rg.end as usize]
-                        .copy_from_slice(&b[rg.start as usize..rg.end as usize]);
+                    merged[rg.start as usize..rg.end as usize].copy_from_slice(&b[rg.start as usize..rg.end as usize]);
                 }
                 *b = merged;
                 self.c.fetch_done(Time(self.now), token);
@@ -678,21 +647,12 @@ impl Model {
                     let (s, e) = (rg.start as usize, rg.end as usize);
                     match a {
                         Access::Write(_) => {
-                            let bytes: Vec<u8> =
-                                (s..e).map(|i| seed.wrapping_add(i as u8) | 1).collect();
+                            let bytes: Vec<u8> = (s..e).map(|i| seed.wrapping_add(i as u8) | 1).collect();
                             self.bufs[b.index()][s..e].copy_from_slice(&bytes);
-                            self.truth
-                                .entry(key)
-                                .or_insert_with(|| vec![0; BS as usize])
-                                [s..e]
-                                .copy_from_slice(&bytes);
+                            self.truth.entry(key).or_insert_with(|| vec![0; BS as usize])[s..e].copy_from_slice(&bytes);
                         }
                         Access::Read(_) => {
-                            let want = self
-                                .truth
-                                .get(&key)
-                                .map(|t| t[s..e].to_vec())
-                                .unwrap_or(vec![0; e - s]);
+                            let want = self.truth.get(&key).map(|t| t[s..e].to_vec()).unwrap_or(vec![0; e - s]);
                             prop_assert_eq!(
                                 &self.bufs[b.index()][s..e],
                                 &want[..],
@@ -708,11 +668,7 @@ impl Model {
                 Begin::Blocked => {
                     self.drain();
                     while !self.resumed.contains(&p) {
-                        prop_assert!(
-                            !self.pending.is_empty(),
-                            "process {} blocked with no I/O in flight",
-                            p
-                        );
+                        prop_assert!(!self.pending.is_empty(), "process {} blocked with no I/O in flight", p);
                         self.complete(0);
                     }
                 }
@@ -729,17 +685,8 @@ impl Model {
         }
         prop_assert!(self.c.is_clean(), "dirty data left after flush");
         for (key, bytes) in &self.truth {
-            let d = self
-                .disk
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| vec![0; BS as usize]);
-            prop_assert_eq!(
-                &d,
-                bytes,
-                "block {:?} on disk differs from what was written",
-                key
-            );
+            let d = self.disk.get(key).cloned().unwrap_or_else(|| vec![0; BS as usize]);
+            prop_assert_eq!(&d, bytes, "block {:?} on disk differs from what was written", key);
         }
         Ok(())
     }

@@ -23,10 +23,7 @@ mod tests {
     fn queues_the_whole_file() {
         let mut out = Vec::new();
         FullFileOnOpen.on_open(3, 4, &mut out);
-        assert_eq!(
-            out.iter().map(|k| k.index).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3]
-        );
+        assert_eq!(out.iter().map(|k| k.index).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         FullFileOnOpen.on_access(BlockKey::new(3, 0), &mut out);
         assert_eq!(out.len(), 4);
     }

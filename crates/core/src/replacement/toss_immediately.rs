@@ -142,11 +142,7 @@ mod tests {
         );
         t.on_evict(BufId(3));
         assert!(!t.is_replaceable(BufId(3)));
-        assert_eq!(
-            t.on_access(1, BufId(2)),
-            None,
-            "process 1 had no MRU block left"
-        );
+        assert_eq!(t.on_access(1, BufId(2)), None, "process 1 had no MRU block left");
     }
 
     /// 1992 §3.3.1: "The cache must have at least as many buffers as processes."

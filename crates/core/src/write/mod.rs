@@ -140,9 +140,7 @@ impl WritePolicyKind {
             WritePolicyKind::WriteFree => Box::new(WriteFree),
             WritePolicyKind::WriteFull => Box::new(WriteFull),
             WritePolicyKind::Periodic { interval, age } => Box::new(Periodic::new(interval, age)),
-            WritePolicyKind::Threshold { high_pct, low_pct } => {
-                Box::new(Threshold::new(high_pct, low_pct))
-            }
+            WritePolicyKind::Threshold { high_pct, low_pct } => Box::new(Threshold::new(high_pct, low_pct)),
             WritePolicyKind::LruWriteback => Box::new(LruWriteback),
         }
     }
@@ -194,12 +192,7 @@ impl FromStr for WritePolicyKind {
             policy: name.to_string(),
             detail,
         };
-        for kv in params
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-        {
+        for kv in params.unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| bad(format!("'{kv}' is not key=value")))?;
@@ -248,18 +241,14 @@ mod tests {
             assert_eq!(k.build().kind(), k);
         }
         assert_eq!(
-            "periodic(interval=1s, age=0s)"
-                .parse::<WritePolicyKind>()
-                .unwrap(),
+            "periodic(interval=1s, age=0s)".parse::<WritePolicyKind>().unwrap(),
             WritePolicyKind::Periodic {
                 interval: Span::from_secs(1),
                 age: Span::ZERO
             }
         );
         assert_eq!(
-            "threshold(high=99,low=30%)"
-                .parse::<WritePolicyKind>()
-                .unwrap(),
+            "threshold(high=99,low=30%)".parse::<WritePolicyKind>().unwrap(),
             WritePolicyKind::Threshold {
                 high_pct: 99,
                 low_pct: 30
@@ -269,10 +258,7 @@ mod tests {
 
     #[test]
     fn bad_names_and_parameters_are_named_in_the_error() {
-        let e = "write-fool"
-            .parse::<WritePolicyKind>()
-            .unwrap_err()
-            .to_string();
+        let e = "write-fool".parse::<WritePolicyKind>().unwrap_err().to_string();
         assert!(e.contains("write-fool") && e.contains("write-full"), "{e}");
         let e = "threshold(high=40,low=60)"
             .parse::<WritePolicyKind>()

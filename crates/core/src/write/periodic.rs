@@ -44,10 +44,7 @@ mod tests {
         let mut p = Periodic::new(Span::from_secs(5), Span::from_secs(30));
         assert_eq!(p.next_wake(Time(1), 0), None);
         assert_eq!(p.next_wake(Time(1), 3), Some(Time(5_000_000_000)));
-        assert_eq!(
-            p.next_wake(Time(5_000_000_000), 3),
-            Some(Time(10_000_000_000))
-        );
+        assert_eq!(p.next_wake(Time(5_000_000_000), 3), Some(Time(10_000_000_000)));
         assert_eq!(p.on_timer(Time(10_000_000_000)), None);
         assert_eq!(p.on_timer(Time(35_000_000_000)), Some(Time(5_000_000_000)));
     }

@@ -8,10 +8,7 @@ use serde::Serialize;
 
 /// The two cells the constants are fitted on: (pattern, cache, record
 /// blocks, published seconds). Every other cell is a prediction.
-pub const FIT_CELLS: [(&str, &str, f64, f64); 2] = [
-    ("lw1", "none", 1.0, 127.3),
-    ("lw1", "write-back", 1.0, 16.4),
-];
+pub const FIT_CELLS: [(&str, &str, f64, f64); 2] = [("lw1", "none", 1.0, 127.3), ("lw1", "write-back", 1.0, 16.4)];
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Fit {
@@ -50,9 +47,7 @@ pub fn fit(seed: u64) -> Fit {
         },
         ..base.clone()
     };
-    let request_ms = solve(FIT_CELLS[0].3, |x| {
-        run(&no_cache(x)).expect("valid").seconds
-    });
+    let request_ms = solve(FIT_CELLS[0].3, |x| run(&no_cache(x)).expect("valid").seconds);
     let cached = |buf: f64| KotzParams {
         buffers: 80,
         policy: WritePolicyKind::WriteBack,
@@ -64,10 +59,7 @@ pub fn fit(seed: u64) -> Fit {
     };
     let buffer_ms = solve(FIT_CELLS[1].3, |x| run(&cached(x)).expect("valid").seconds);
     Fit {
-        overheads: Overheads {
-            request_ms,
-            buffer_ms,
-        },
+        overheads: Overheads { request_ms, buffer_ms },
         fitted_seconds: [
             run(&no_cache(request_ms)).unwrap().seconds,
             run(&cached(buffer_ms)).unwrap().seconds,

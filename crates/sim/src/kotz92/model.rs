@@ -18,8 +18,8 @@ use crate::kernel::Kernel;
 use crate::resource::Fcfs;
 use crate::rng::SimRng;
 use parcache_core::{
-    split_blocks, Access, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats,
-    Effect, IoToken, PrefetchKind, Span, StripeLayout, Time,
+    split_blocks, Access, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect, IoToken,
+    PrefetchKind, Span, StripeLayout, Time,
 };
 use serde::{Deserialize, Serialize};
 
@@ -154,11 +154,7 @@ impl<'a> Sim<'a> {
                     Pattern::Lw1 => (0, total),
                     Pattern::Seg => (
                         i as u64 * seg,
-                        if i + 1 == active {
-                            total
-                        } else {
-                            (i as u64 + 1) * seg
-                        },
+                        if i + 1 == active { total } else { (i as u64 + 1) * seg },
                     ),
                     Pattern::Gw => (0, 0),
                 };
@@ -290,8 +286,7 @@ impl<'a> Sim<'a> {
                         pr.rec_end = e;
                         pr.phase = Phase::Pieces;
                         if self.request_overhead.0 > 0 {
-                            let d =
-                                overhead(&mut pr.rng, self.p.overhead_dist, self.request_overhead);
+                            let d = overhead(&mut pr.rng, self.p.overhead_dist, self.request_overhead);
                             self.k.after(d, Ev::Proc(i));
                             return;
                         }
@@ -321,11 +316,7 @@ impl<'a> Sim<'a> {
                         Begin::Ready(b) => {
                             self.procs[iu].phase = Phase::Copy(b, piece.range);
                             self.drain(now);
-                            let d = overhead(
-                                &mut self.procs[iu].rng,
-                                self.p.overhead_dist,
-                                self.buffer_overhead,
-                            );
+                            let d = overhead(&mut self.procs[iu].rng, self.p.overhead_dist, self.buffer_overhead);
                             self.k.after(d, Ev::Proc(i));
                         }
                         Begin::Blocked => {
@@ -458,9 +449,7 @@ impl<'a> Sim<'a> {
         };
         while let Some(e) = cache.poll_effect() {
             match e {
-                Effect::Write {
-                    token, key, whole, ..
-                } => {
+                Effect::Write { token, key, whole, .. } => {
                     let rmw = !whole && self.on_disk[key.index as usize];
                     let op = if rmw { DiskOp::Read } else { DiskOp::Write };
                     let job = Job {
@@ -537,11 +526,7 @@ impl<'a> Sim<'a> {
             ideal_seconds: self.p.ideal_seconds(),
             disk_writes: self.disk_writes,
             disk_reads: self.disk_reads,
-            rewrite_mistakes: self
-                .writes_of
-                .iter()
-                .map(|&w| w.saturating_sub(1) as u64)
-                .sum(),
+            rewrite_mistakes: self.writes_of.iter().map(|&w| w.saturating_sub(1) as u64).sum(),
             blocks_written: self.writes_of.iter().filter(|&&w| w > 0).count() as u64,
             disk_utilisation: util,
             mean_utilisation: mean,
@@ -557,8 +542,6 @@ impl<'a> Sim<'a> {
 fn overhead(rng: &mut SimRng, dist: OverheadDist, mean: Span) -> Span {
     match dist {
         OverheadDist::Constant => mean,
-        OverheadDist::Exponential => {
-            Span::from_millis_f64(-mean.as_millis_f64() * (1.0 - rng.uniform()).ln())
-        }
+        OverheadDist::Exponential => Span::from_millis_f64(-mean.as_millis_f64() * (1.0 - rng.uniform()).ln()),
     }
 }

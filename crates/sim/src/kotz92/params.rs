@@ -207,11 +207,7 @@ impl KotzParams {
         pos("procs", self.procs > 0, self.procs.to_string())?;
         pos("disks", self.disks > 0, self.disks.to_string())?;
         pos("blocks", self.blocks > 0, self.blocks.to_string())?;
-        pos(
-            "block-size",
-            self.block_size > 0,
-            self.block_size.to_string(),
-        )?;
+        pos("block-size", self.block_size > 0, self.block_size.to_string())?;
         pos(
             "record-blocks",
             self.record_blocks.is_finite() && self.record_blocks > 0.0,
@@ -219,10 +215,7 @@ impl KotzParams {
         )?;
         let bytes = self.record_blocks * self.block_size as f64;
         if (bytes - bytes.round()).abs() > 1e-6 || bytes.round() < 1.0 {
-            return Err(ParamError::FractionalBytes(
-                self.record_blocks,
-                self.block_size,
-            ));
+            return Err(ParamError::FractionalBytes(self.record_blocks, self.block_size));
         }
         for (name, v) in [
             ("disk-ms", self.disk_ms),
@@ -248,12 +241,12 @@ impl KotzParams {
             }
         }
         if self.buffers > 0 && self.replacement == ReplacementKind::TossImmediately {
-            TossImmediately::check(self.buffers, self.active_procs() as usize).map_err(
-                |reason| ParamError::Policy {
+            TossImmediately::check(self.buffers, self.active_procs() as usize).map_err(|reason| {
+                ParamError::Policy {
                     buffers: self.buffers,
                     reason,
-                },
-            )?;
+                }
+            })?;
         }
         Ok(())
     }
@@ -295,19 +288,12 @@ mod tests {
             ..KotzParams::default()
         };
         let e = p.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("--buffers 10") && e.contains("20 processes"),
-            "{e}"
-        );
+        assert!(e.contains("--buffers 10") && e.contains("20 processes"), "{e}");
         let p = KotzParams {
             record_blocks: 0.3,
             ..KotzParams::default()
         };
-        assert!(p
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("--record-blocks 0.3"));
+        assert!(p.validate().unwrap_err().to_string().contains("--record-blocks 0.3"));
         let p = KotzParams {
             disks: 0,
             ..KotzParams::default()

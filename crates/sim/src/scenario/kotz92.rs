@@ -124,11 +124,7 @@ fn figure_plan(name: &str, seed: u64) -> Option<Vec<KotzParams>> {
     Some(match name {
         "kotz92-fig1" => sweep(Pattern::Gw, None),
         "kotz92-fig2" => sweep(Pattern::Gw, Some(Compute::PAPER)),
-        "kotz92-fig3" => [
-            sweep(Pattern::Lw1, None),
-            sweep(Pattern::Lw1, Some(Compute::PAPER)),
-        ]
-        .concat(),
+        "kotz92-fig3" => [sweep(Pattern::Lw1, None), sweep(Pattern::Lw1, Some(Compute::PAPER))].concat(),
         "kotz92-fig4" => sweep(Pattern::Seg, None),
         "kotz92-fig5" => {
             let mut v = vec![];
@@ -171,11 +167,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
     Some(out)
 }
 
-fn run_all(
-    plan: &[KotzParams],
-    opts: &RunOptions,
-    done: &(dyn Fn() + Sync),
-) -> Vec<model::KotzResult> {
+fn run_all(plan: &[KotzParams], opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Vec<model::KotzResult> {
     parallel::map(
         plan,
         opts.threads,
@@ -373,12 +365,7 @@ fn run_figure(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option
             for p in POLICIES {
                 let r = rows
                     .iter()
-                    .find(|r| {
-                        r.pattern == pattern
-                            && r.compute_ms == compute
-                            && r.policy == p.name()
-                            && x_of(r) == x
-                    })
+                    .find(|r| r.pattern == pattern && r.compute_ms == compute && r.policy == p.name() && x_of(r) == x)
                     .expect("full grid");
                 text.push_str(&format!(" {:>13.2}", r.seconds));
             }
@@ -474,13 +461,7 @@ fn figure_checks(name: &str, rows: &[FigureRow]) -> Vec<Check> {
         "kotz92-fig3" => {
             let gains: Vec<(W, f64, f64)> = POLICIES
                 .iter()
-                .map(|&p| {
-                    (
-                        p,
-                        s(Pattern::Lw1, p, 20.0, 0.0),
-                        s(Pattern::Lw1, p, 200.0, 0.0),
-                    )
-                })
+                .map(|&p| (p, s(Pattern::Lw1, p, 20.0, 0.0), s(Pattern::Lw1, p, 200.0, 0.0)))
                 .collect();
             v.push(check(
                 "lw1: larger caches help (more disks used at once through delayed writes)",

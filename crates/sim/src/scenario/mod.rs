@@ -132,10 +132,6 @@ pub fn runs(name: &str) -> Result<usize, ScenarioError> {
 }
 
 /// Runs a scenario; `done` is called after each model run.
-pub fn run(
-    name: &str,
-    opts: &RunOptions,
-    done: &(dyn Fn() + Sync),
-) -> Result<Output, ScenarioError> {
+pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Output, ScenarioError> {
     kotz92::run(name, opts, done).ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
