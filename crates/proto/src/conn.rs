@@ -1,0 +1,228 @@
+//! Authenticated connections: a client that keeps many requests in flight
+//! on one TCP connection (matched by request id), and a server loop that
+//! handles each request in its own task.
+
+use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
+use crate::frame::{encode, read_frame, FrameError};
+use crate::msg::{ErrorCode, Request, Response};
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+#[derive(Debug, Error, Clone)]
+pub enum ConnError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("{addr}: {reason}")]
+    Auth { addr: String, reason: String },
+    #[error("connection to {addr} lost: {reason}")]
+    Closed { addr: String, reason: String },
+    #[error("request too large: {0}")]
+    TooLarge(String),
+}
+
+type Reply = Result<(Response, Bytes), ConnError>;
+
+struct Inner {
+    addr: String,
+    tx: mpsc::UnboundedSender<BytesMut>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    next: AtomicU64,
+    closed: AtomicBool,
+    reason: Mutex<String>,
+}
+
+impl Inner {
+    fn fail_all(&self, reason: String) {
+        *self.reason.lock().expect("not poisoned") = reason.clone();
+        self.closed.store(true, Ordering::SeqCst);
+        let pending: Vec<_> = self.pending.lock().expect("not poisoned").drain().collect();
+        for (_, tx) in pending {
+            let _ = tx.send(Err(ConnError::Closed {
+                addr: self.addr.clone(),
+                reason: reason.clone(),
+            }));
+        }
+    }
+}
+
+/// A client connection. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    /// Connects to `addr` and proves the cluster secret.
+    pub async fn connect(addr: &str, secret: &Secret) -> Result<Client, ConnError> {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| ConnError::Connect {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
+        s.set_nodelay(true).ok();
+        client_handshake(&mut s, secret).await.map_err(|e| ConnError::Auth {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
+        let (mut r, mut w) = s.into_split();
+        let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+        let inner = Arc::new(Inner {
+            addr: addr.to_string(),
+            tx,
+            pending: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            reason: Mutex::new(String::new()),
+        });
+        tokio::spawn(async move {
+            while let Some(frame) = rx.recv().await {
+                if w.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let reader = inner.clone();
+        tokio::spawn(async move {
+            loop {
+                match read_frame::<Response, _>(&mut r).await {
+                    Ok(f) => {
+                        let tx = reader.pending.lock().expect("not poisoned").remove(&f.id);
+                        if let Some(tx) = tx {
+                            let _ = tx.send(Ok((f.msg, f.data)));
+                        }
+                    }
+                    Err(e) => {
+                        reader.fail_all(e.to_string());
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Client { inner })
+    }
+
+    /// The address this client is connected to.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// Whether the connection has failed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// Sends a request with its payload and waits for the reply.
+    pub async fn call(&self, req: &Request, data: &[u8]) -> Reply {
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let frame = encode(id, req, data).map_err(|e| ConnError::TooLarge(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        self.inner.pending.lock().expect("not poisoned").insert(id, tx);
+        let closed = || ConnError::Closed {
+            addr: self.inner.addr.clone(),
+            reason: self.inner.reason.lock().expect("not poisoned").clone(),
+        };
+        if self.is_closed() || self.inner.tx.send(frame).is_err() {
+            self.inner.pending.lock().expect("not poisoned").remove(&id);
+            return Err(closed());
+        }
+        rx.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+/// What a server does with each request.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: Request, data: Bytes) -> impl Future<Output = (Response, Bytes)> + Send;
+}
+
+/// Accepts connections until `shutdown` turns true. Every connection must
+/// prove the secret first; a peer that fails is refused and logged.
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    secret: Secret,
+    handler: Arc<H>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, peer)) => {
+                    let (secret, handler, shutdown) = (secret.clone(), handler.clone(), shutdown.clone());
+                    tokio::spawn(async move { connection(stream, peer, secret, handler, shutdown).await });
+                }
+                Err(e) => tracing::warn!("accept failed: {e}"),
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+async fn connection<H: Handler>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    secret: Secret,
+    handler: Arc<H>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    stream.set_nodelay(true).ok();
+    if let Err(e) = server_handshake(&mut stream, &secret).await {
+        match e {
+            AuthError::Frame(FrameError::Closed) => tracing::debug!("{peer} left before authenticating"),
+            e => tracing::warn!("refused connection from {peer}: {e}"),
+        }
+        return;
+    }
+    let (mut r, mut w) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if w.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let frame = tokio::select! {
+            f = read_frame::<Request, _>(&mut r) => f,
+            _ = shutdown.changed() => break,
+        };
+        match frame {
+            Ok(f) => {
+                let (handler, tx) = (handler.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let (resp, data) = handler.handle(f.msg, f.data).await;
+                    let frame = encode(f.id, &resp, &data).unwrap_or_else(|e| {
+                        encode(
+                            f.id,
+                            &Response::error(ErrorCode::Io, format!("reply too large: {e}")),
+                            &[],
+                        )
+                        .expect("small error reply encodes")
+                    });
+                    let _ = tx.send(frame);
+                });
+            }
+            Err(FrameError::BadHeader { id, reason }) => {
+                tracing::warn!("{peer}: malformed request {id}: {reason}");
+                let reply = Response::error(ErrorCode::BadRequest, format!("malformed request: {reason}"));
+                let _ = tx.send(encode(id, &reply, &[]).expect("small error reply encodes"));
+            }
+            Err(FrameError::Closed) => break,
+            Err(e) => {
+                // Oversized, short or truncated: the stream cannot be resynchronised.
+                tracing::warn!("{peer}: closing connection: {e}");
+                let reply = Response::error(ErrorCode::BadRequest, e.to_string());
+                let _ = tx.send(encode(0, &reply, &[]).expect("small error reply encodes"));
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,181 @@
+//! Framing: how one message and its payload travel on a byte stream.
+//!
+//! ```text
+//! u32  length of the rest of the frame (little endian), at most MAX_FRAME
+//! u64  request id (responses carry their request's id)
+//! u16  header length
+//! ...  header: a postcard-encoded message
+//! ...  payload: raw bytes (file data), passed on as `Bytes` without copying
+//! ```
+//!
+//! A frame that is too long, too short for its own header, or whose header
+//! does not decode is an error, never a panic; a peer that stops mid-frame
+//! is `Truncated`.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::{de::DeserializeOwned, Serialize};
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Largest payload a frame may carry (one request moves at most this much data).
+pub const MAX_PAYLOAD: usize = 16 << 20;
+/// Largest encoded header.
+pub const MAX_HEADER: usize = 64 << 10;
+/// Largest frame after the length field.
+pub const MAX_FRAME: usize = 8 + 2 + MAX_HEADER + MAX_PAYLOAD;
+
+#[derive(Debug, Error)]
+pub enum FrameError {
+    #[error("frame of {0} bytes is larger than the limit of {MAX_FRAME}")]
+    TooLarge(usize),
+    #[error("frame of {0} bytes is too short for its header")]
+    Short(usize),
+    #[error("frame header does not decode: {0}")]
+    Malformed(String),
+    #[error("request {id}: header does not decode: {reason}")]
+    BadHeader { id: u64, reason: String },
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+    #[error("connection closed")]
+    Closed,
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A decoded frame: request id, message, payload.
+#[derive(Debug)]
+pub struct Frame<M> {
+    pub id: u64,
+    pub msg: M,
+    pub data: Bytes,
+}
+
+/// Encodes a frame into one buffer (header and length prefix; the payload
+/// is appended, so one write sends it all).
+pub fn encode<M: Serialize>(id: u64, msg: &M, data: &[u8]) -> Result<BytesMut, FrameError> {
+    let header = postcard::to_stdvec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if header.len() > MAX_HEADER {
+        return Err(FrameError::TooLarge(header.len()));
+    }
+    if data.len() > MAX_PAYLOAD {
+        return Err(FrameError::TooLarge(data.len()));
+    }
+    let len = 8 + 2 + header.len() + data.len();
+    let mut b = BytesMut::with_capacity(4 + len);
+    b.put_u32_le(len as u32);
+    b.put_u64_le(id);
+    b.put_u16_le(header.len() as u16);
+    b.put_slice(&header);
+    b.put_slice(data);
+    Ok(b)
+}
+
+/// Decodes the body of a frame (everything after the length field).
+pub fn decode<M: DeserializeOwned>(mut body: Bytes) -> Result<Frame<M>, FrameError> {
+    let n = body.len();
+    if n < 10 {
+        return Err(FrameError::Short(n));
+    }
+    let id = body.get_u64_le();
+    let hlen = body.get_u16_le() as usize;
+    if hlen > body.len() {
+        return Err(FrameError::Short(n));
+    }
+    let header = body.split_to(hlen);
+    let msg = postcard::from_bytes(&header).map_err(|e| FrameError::BadHeader {
+        id,
+        reason: e.to_string(),
+    })?;
+    Ok(Frame { id, msg, data: body })
+}
+
+/// Reads one frame. `Closed` if the peer closed cleanly between frames.
+pub async fn read_frame<M: DeserializeOwned, R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame<M>, FrameError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = BytesMut::zeroed(len);
+    match r.read_exact(&mut body).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Truncated),
+        Err(e) => return Err(e.into()),
+    }
+    decode(body.freeze())
+}
+
+/// Writes one frame.
+pub async fn write_frame<M: Serialize, W: AsyncWrite + Unpin>(
+    w: &mut W,
+    id: u64,
+    msg: &M,
+    data: &[u8],
+) -> Result<(), FrameError> {
+    let b = encode(id, msg, data)?;
+    w.write_all(&b).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    enum T {
+        A(u32),
+        B { s: String },
+    }
+
+    #[tokio::test]
+    async fn round_trip_through_a_stream() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        write_frame(&mut a, 7, &T::B { s: "x".into() }, b"payload")
+            .await
+            .unwrap();
+        drop(a);
+        let f: Frame<T> = read_frame(&mut b).await.unwrap();
+        assert_eq!((f.id, f.msg, &f.data[..]), (7, T::B { s: "x".into() }, &b"payload"[..]));
+        assert!(matches!(read_frame::<T, _>(&mut b).await, Err(FrameError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn oversized_and_truncated_frames_are_errors() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&(u32::MAX).to_le_bytes()).await.unwrap();
+        assert!(matches!(read_frame::<T, _>(&mut b).await, Err(FrameError::TooLarge(_))));
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&100u32.to_le_bytes()).await.unwrap();
+        a.write_all(&[1, 2, 3]).await.unwrap();
+        drop(a);
+        assert!(matches!(read_frame::<T, _>(&mut b).await, Err(FrameError::Truncated)));
+    }
+
+    proptest! {
+        /// Any bytes at all decode to a frame or an error, never a panic.
+        #[test]
+        fn arbitrary_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode::<T>(Bytes::from(body));
+        }
+
+        /// Frames survive encoding, and any single corrupted byte is caught or harmless.
+        #[test]
+        fn mutated_frames_never_panic(n in any::<u32>(), s in ".{0,20}", data in proptest::collection::vec(any::<u8>(), 0..64),
+                                      pos in any::<usize>(), byte in any::<u8>()) {
+            let enc = encode(3, &T::A(n), &data).unwrap().freeze();
+            let f: Frame<T> = decode(enc.slice(4..)).unwrap();
+            prop_assert_eq!(f.msg, T::A(n));
+            prop_assert_eq!(&f.data[..], &data[..]);
+            let mut m = encode(3, &T::B { s: s.clone() }, &data).unwrap();
+            let i = 4 + pos % (m.len() - 4);
+            m[i] = byte;
+            let _ = decode::<T>(m.freeze().slice(4..));
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! parcache-proto: the wire protocol between parcache clients, the metadata
+//! server and the data servers.
+//!
+//! Parts: [`frame`] (length-prefixed frames whose file data travels as raw
+//! payload), [`msg`] (requests and replies), [`auth`] (mutual
+//! challenge–response on the cluster secret, which never crosses the wire)
+//! and [`conn`] (a multiplexed client and a concurrent server loop).
+//! Guarantees: a malformed, oversized or truncated frame yields an error
+//! reply or a closed connection, never a panic or a hang; no request is
+//! served before the peer has proven the secret.
+
+pub mod auth;
+pub mod conn;
+pub mod frame;
+pub mod msg;
+
+pub use auth::Secret;
+pub use conn::{serve, Client, ConnError, Handler};
+pub use msg::{
+    Attr, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Request, Response, SetAttr, Timestamp, ROOT,
+};

@@ -1,0 +1,259 @@
+//! The messages between clients, the metadata server (mds) and the data
+//! servers (iod). File bytes never travel inside a message: they are the
+//! frame's payload.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A file's identity, chosen by the metadata server (an inode number).
+pub type Handle = u64;
+/// The root directory's handle.
+pub const ROOT: Handle = 1;
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+/// How a file's bytes are spread over data servers.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes per stripe unit (default 64 KiB).
+    pub stripe_unit: u64,
+    /// Data server ids, in round-robin order.
+    pub servers: Vec<u32>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub handle: Handle,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    /// Incremented by every change of content or size (close-to-open checks).
+    pub version: u64,
+    pub layout: Option<Layout>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub handle: Handle,
+    pub kind: FileKind,
+}
+
+/// Attributes to change; `None` leaves one alone.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    // --- metadata server ---
+    Lookup {
+        parent: Handle,
+        name: String,
+    },
+    GetAttr {
+        handle: Handle,
+    },
+    SetAttr {
+        handle: Handle,
+        set: SetAttr,
+    },
+    Create {
+        parent: Handle,
+        name: String,
+        mode: u32,
+        exclusive: bool,
+    },
+    Mkdir {
+        parent: Handle,
+        name: String,
+        mode: u32,
+    },
+    ReadDir {
+        handle: Handle,
+    },
+    Unlink {
+        parent: Handle,
+        name: String,
+    },
+    Rmdir {
+        parent: Handle,
+        name: String,
+    },
+    Rename {
+        parent: Handle,
+        name: String,
+        new_parent: Handle,
+        new_name: String,
+    },
+    Symlink {
+        parent: Handle,
+        name: String,
+        target: String,
+    },
+    ReadLink {
+        handle: Handle,
+    },
+    Link {
+        handle: Handle,
+        new_parent: Handle,
+        new_name: String,
+    },
+    StatFs,
+    SetPolicy {
+        handle: Handle,
+        key: String,
+        value: String,
+    },
+    GetPolicy {
+        handle: Handle,
+    },
+    /// A client wrote up to `size` bytes and changed the content.
+    Written {
+        handle: Handle,
+        size: u64,
+    },
+    // --- data server ---
+    /// Write the payload at `offset` of this server's part of the file;
+    /// acknowledged once in the durable log.
+    Write {
+        handle: Handle,
+        offset: u64,
+    },
+    Read {
+        handle: Handle,
+        offset: u64,
+        len: u64,
+    },
+    /// Cut this server's part of the file to `len` bytes.
+    Truncate {
+        handle: Handle,
+        len: u64,
+    },
+    /// Forget this server's part of the file.
+    Remove {
+        handle: Handle,
+    },
+    /// Counters and capacity.
+    Stats,
+}
+
+/// Counters a server reports.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub role: String,
+    pub capacity_bytes: u64,
+    pub free_bytes: u64,
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub log_bytes: u64,
+    pub dirty_blocks: u64,
+    pub immediate_writes: u64,
+    pub writes_down: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    Ok,
+    Attr(Attr),
+    Entries(Vec<DirEntry>),
+    Target(String),
+    /// Read data follows as payload; `len` may be short at end of file.
+    Data {
+        len: u64,
+    },
+    Written {
+        len: u64,
+    },
+    Policies(Vec<(String, String)>),
+    StatFs {
+        blocks: u64,
+        free: u64,
+        files: u64,
+        block_size: u32,
+    },
+    Stats(ServerStats),
+    Error(ErrorReply),
+}
+
+/// What went wrong, as a POSIX-like code and a message that names the
+/// request, path or option at fault.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ErrorReply {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    NotFound,
+    Exists,
+    NotDir,
+    IsDir,
+    NotEmpty,
+    Access,
+    Invalid,
+    NoSpace,
+    Io,
+    BadRequest,
+    NameTooLong,
+    Loop,
+}
+
+impl ErrorCode {
+    /// The errno a POSIX caller expects.
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorCode::NotFound => 2,
+            ErrorCode::Exists => 17,
+            ErrorCode::NotDir => 20,
+            ErrorCode::IsDir => 21,
+            ErrorCode::NotEmpty => 39,
+            ErrorCode::Access => 13,
+            ErrorCode::Invalid | ErrorCode::BadRequest => 22,
+            ErrorCode::NoSpace => 28,
+            ErrorCode::Io => 5,
+            ErrorCode::NameTooLong => 36,
+            ErrorCode::Loop => 40,
+        }
+    }
+}
+
+impl fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:?})", self.message, self.code)
+    }
+}
+
+impl Response {
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Response {
+        Response::Error(ErrorReply {
+            code,
+            message: message.into(),
+        })
+    }
+}
