@@ -1,0 +1,16 @@
+//! parcache-store: what a parcache server keeps on its local disk.
+//!
+//! - [`wal`]: the durable write log, replayed at start-up, with a torn or
+//!   corrupt tail cut off; [`group`]: group commit over it (one fsync for
+//!   many writers). Guarantee: an entry acknowledged by [`GroupLog::append`]
+//!   survives a crash of the process or the machine.
+//! - [`media`]: the log's storage, real or a crash model that drops unsynced
+//!   bytes, for tests.
+
+pub mod group;
+pub mod media;
+pub mod wal;
+
+pub use group::GroupLog;
+pub use media::{CrashMedia, CrashMode, FileMedia, Media};
+pub use wal::{Entry, Replay, Wal};
