@@ -76,7 +76,7 @@ impl GroupLog {
     }
 
     /// Bytes in the log.
-    pub async fn len(&self) -> u64 {
+    pub async fn bytes(&self) -> u64 {
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Cmd::Len(tx)).is_err() {
             return 0;
