@@ -1,5 +1,6 @@
 //! `parcache`: the command line of the parcache parallel file system.
 
+mod daemon;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -19,12 +20,19 @@ enum Command {
     /// "what if" with your own parameters.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Run a data server: it stores its stripes of every file behind a
+    /// durable write log (an acknowledged write survives kill -9).
+    Iod(daemon::IodArgs),
+    /// Create a new cluster secret file.
+    Secret(daemon::SecretArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(c) => sim::run(c),
+        Command::Iod(a) => daemon::iod(a),
+        Command::Secret(a) => daemon::secret(a),
     };
     if let Err(e) = result {
         // A reader that went away (`| head`) is not an error.

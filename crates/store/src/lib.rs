@@ -6,11 +6,14 @@
 //!   survives a crash of the process or the machine.
 //! - [`media`]: the log's storage, real or a crash model that drops unsynced
 //!   bytes, for tests.
+//! - [`blocks`]: the block store, one local file per handle.
 
+pub mod blocks;
 pub mod group;
 pub mod media;
 pub mod wal;
 
+pub use blocks::BlockStore;
 pub use group::GroupLog;
 pub use media::{CrashMedia, CrashMode, FileMedia, Media};
 pub use wal::{Entry, Replay, Wal};

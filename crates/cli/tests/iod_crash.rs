@@ -1,0 +1,168 @@
+//! The data server as a real process: acknowledged writes survive `kill -9`
+//! at random moments; a peer with the wrong secret is refused.
+
+use parcache_proto::{Client, Request, Response, Secret};
+use rand::{Rng, SeedableRng};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+struct Iod {
+    child: Child,
+    addr: String,
+}
+
+impl Iod {
+    fn start(dir: &Path) -> Iod {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_parcache"))
+            .args(["iod", "--data", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .env("PARCACHE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("parcache iod starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected: {line:?}"))
+            .to_string();
+        Iod { child, addr }
+    }
+}
+
+impl Drop for Iod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("parcache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+type Acked = Arc<Mutex<Vec<(u64, u64, Vec<u8>)>>>;
+
+async fn check_all(c: &Client, acked: &Acked) {
+    let all = acked.lock().unwrap().clone();
+    for (h, off, data) in all {
+        let (r, d) = c
+            .call(
+                &Request::Read {
+                    handle: h,
+                    offset: off,
+                    len: data.len() as u64,
+                },
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(r, Response::Data { len: data.len() as u64 }, "handle {h} offset {off}");
+        assert!(
+            d[..] == data[..],
+            "acknowledged write at handle {h} offset {off} lost or changed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9_at_random_points() {
+    let dir = temp_dir("iod-crash");
+    let secret = Secret::generate();
+    secret.save(&dir.join("secret")).unwrap();
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(42);
+    let acked: Acked = Arc::new(Mutex::new(Vec::new()));
+    let rounds = 25;
+    for round in 0..rounds {
+        let iod = Iod::start(&dir);
+        let c = Client::connect(&iod.addr, &secret).await.unwrap();
+        check_all(&c, &acked).await;
+        let writers: Vec<_> = (0..8u64)
+            .map(|w| {
+                let (c, acked) = (c.clone(), acked.clone());
+                let seed = rng.gen::<u64>();
+                tokio::spawn(async move {
+                    let mut r = rand_pcg::Pcg64::seed_from_u64(seed);
+                    for k in 0.. {
+                        let handle = 1 + (k + w) % 4;
+                        let offset = ((round * 8 + w) * 100_000 + k) * 4096;
+                        let len = r.gen_range(1..=4096);
+                        let data: Vec<u8> = (0..len).map(|_| r.gen()).collect();
+                        match c.call(&Request::Write { handle, offset }, &data).await {
+                            Ok((Response::Written { .. }, _)) => acked.lock().unwrap().push((handle, offset, data)),
+                            _ => break,
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(5..80))).await;
+        drop(iod); // SIGKILL, mid-write
+        for w in writers {
+            w.await.unwrap();
+        }
+    }
+    let iod = Iod::start(&dir);
+    let c = Client::connect(&iod.addr, &secret).await.unwrap();
+    check_all(&c, &acked).await;
+    let n = acked.lock().unwrap().len();
+    assert!(
+        n > rounds as usize * 8,
+        "only {n} writes acknowledged: the test did not exercise the server"
+    );
+    eprintln!("{rounds} kill -9 points, {n} acknowledged writes, all intact");
+    drop(iod);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_wrong_secret_is_refused_and_the_server_keeps_serving() {
+    let dir = temp_dir("iod-secret");
+    let secret = Secret::generate();
+    secret.save(&dir.join("secret")).unwrap();
+    let iod = Iod::start(&dir);
+    let e = Client::connect(&iod.addr, &Secret::generate())
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains(&iod.addr), "the error names the server: {e}");
+    let c = Client::connect(&iod.addr, &secret).await.unwrap();
+    let (r, _) = c
+        .call(
+            &Request::Write {
+                handle: u64::MAX,
+                offset: 0,
+            },
+            b"edge",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, Response::Written { len: 4 });
+    // Handles name files inside the data directory only.
+    assert!(dir.join("objects").join("ffffffffffffffff").exists());
+    let (r, _) = c
+        .call(
+            &Request::Lookup {
+                parent: 1,
+                name: "x".into(),
+            },
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(r, Response::Error(_)),
+        "a data server refuses metadata requests"
+    );
+    drop(iod);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

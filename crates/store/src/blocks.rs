@@ -1,0 +1,114 @@
+//! The block store: a data server's stripes of each file, one local file per
+//! handle under `objects/`. File names are the handle in hexadecimal, so no
+//! request from the network can name a path outside the data directory.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub struct BlockStore {
+    dir: PathBuf,
+}
+
+impl BlockStore {
+    /// Opens (creating if needed) the store under `data_dir/objects`.
+    pub fn open(data_dir: &Path) -> io::Result<BlockStore> {
+        let dir = data_dir.join("objects");
+        std::fs::create_dir_all(&dir)?;
+        Ok(BlockStore { dir })
+    }
+
+    fn path(&self, handle: u64) -> PathBuf {
+        self.dir.join(format!("{handle:016x}"))
+    }
+
+    fn file(&self, handle: u64, create: bool) -> io::Result<Option<File>> {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(self.path(handle))
+        {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `data` at `offset` of the handle's part (not yet durable).
+    pub fn write(&self, handle: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.file(handle, true)?.expect("created").write_all_at(data, offset)
+    }
+
+    /// Reads up to `len` bytes at `offset`; short at the end, empty if absent.
+    /// Holes read as zeros.
+    pub fn read(&self, handle: u64, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let Some(f) = self.file(handle, false)? else {
+            return Ok(Vec::new());
+        };
+        let size = f.metadata()?.len();
+        let n = size.saturating_sub(offset).min(len) as usize;
+        let mut buf = vec![0u8; n];
+        f.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
+    /// Size of the handle's part (0 if absent).
+    pub fn len(&self, handle: u64) -> io::Result<u64> {
+        Ok(match self.file(handle, false)? {
+            Some(f) => f.metadata()?.len(),
+            None => 0,
+        })
+    }
+
+    pub fn truncate(&self, handle: u64, len: u64) -> io::Result<()> {
+        self.file(handle, true)?.expect("created").set_len(len)
+    }
+
+    pub fn remove(&self, handle: u64) -> io::Result<()> {
+        match std::fs::remove_file(self.path(handle)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes the handle's part durable.
+    pub fn sync(&self, handle: u64) -> io::Result<()> {
+        if let Some(f) = self.file(handle, false)? {
+            f.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the directory's entries (creations, removals) durable.
+    pub fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_reads_truncates_and_removes() {
+        let d = std::env::temp_dir().join(format!("parcache-blocks-{}", std::process::id()));
+        let s = BlockStore::open(&d).unwrap();
+        assert_eq!(s.read(5, 0, 10).unwrap(), b"");
+        s.write(5, 4, b"abcd").unwrap();
+        assert_eq!(s.read(5, 0, 100).unwrap(), b"\0\0\0\0abcd");
+        assert_eq!(s.read(5, 6, 1).unwrap(), b"c");
+        s.truncate(5, 5).unwrap();
+        assert_eq!(s.len(5).unwrap(), 5);
+        s.sync(5).unwrap();
+        s.remove(5).unwrap();
+        s.remove(5).unwrap();
+        assert_eq!(s.len(5).unwrap(), 0);
+        // Every handle, even the extremes, stays inside objects/.
+        assert!(s.path(u64::MAX).starts_with(d.join("objects")));
+        assert_eq!(s.path(u64::MAX).file_name().unwrap(), "ffffffffffffffff");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
