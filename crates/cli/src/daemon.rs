@@ -4,6 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use parcache_proto::Secret;
 use parcache_server::iod::{self, IodConfig};
+use parcache_server::mds::{self, MdsConfig};
+use parcache_server::Running;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,39 +50,59 @@ fn logging() {
         .try_init();
 }
 
-pub fn iod(a: IodArgs) -> Result<()> {
-    logging();
-    let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
-    let secret = Secret::load(&secret_file).with_context(|| "the data server needs the cluster secret")?;
-    let cfg = IodConfig {
-        data_dir: a.data.clone(),
-        listen: a.listen,
-        secret,
-        checkpoint_bytes: a.checkpoint_mib << 20,
-    };
+#[derive(Args)]
+pub struct MdsArgs {
+    /// Directory for the metadata store.
+    #[arg(long, value_name = "DIR")]
+    data: PathBuf,
+    /// Address to listen on. Loopback by default.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// File holding the cluster secret. Default: DIR/secret.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// A data server's address; give one per data server, in server-id order.
+    #[arg(long = "iod", value_name = "ADDR", required = true)]
+    iods: Vec<String>,
+}
+
+fn run_daemon(what: &str, dir: &std::path::Path, start: impl std::future::Future<Output = std::io::Result<Running>>) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let (addr, served) = iod::start(cfg, rx)
-            .await
-            .with_context(|| format!("starting the data server in {}", a.data.display()))?;
-        tracing::info!("data server for {} listening on {addr}", a.data.display());
+        let running = start.await.with_context(|| format!("starting the {what} in {}", dir.display()))?;
+        tracing::info!("{what} for {} listening on {}", dir.display(), running.addr);
         // The first line of standard output tells scripts where we listen.
         let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {addr}")?;
+        writeln!(out, "listening on {}", running.addr)?;
         out.flush()?;
         drop(out);
+        let stop = running.stop.clone();
         tokio::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {},
                 _ = term.recv() => {},
             }
-            tracing::info!("stopping: checkpointing the write log");
             let _ = stop.send(true);
         });
-        served.await.context("final checkpoint")?;
+        running.served.await.context("shutting down")?;
+        tracing::info!("{what} stopped");
         Ok(())
     })
+}
+
+pub fn iod(a: IodArgs) -> Result<()> {
+    logging();
+    let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
+    let secret = Secret::load(&secret_file).with_context(|| "the data server needs the cluster secret")?;
+    let cfg = IodConfig { data_dir: a.data.clone(), listen: a.listen, secret, checkpoint_bytes: a.checkpoint_mib << 20 };
+    run_daemon("data server", &a.data, iod::start(cfg))
+}
+
+pub fn mds(a: MdsArgs) -> Result<()> {
+    logging();
+    let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
+    let secret = Secret::load(&secret_file).with_context(|| "the metadata server needs the cluster secret")?;
+    let cfg = MdsConfig { data_dir: a.data.clone(), listen: a.listen, secret, iods: a.iods };
+    run_daemon("metadata server", &a.data, mds::start(cfg))
 }

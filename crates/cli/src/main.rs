@@ -1,6 +1,8 @@
 //! `parcache`: the command line of the parcache parallel file system.
 
+mod cluster;
 mod daemon;
+mod fs;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -23,8 +25,32 @@ enum Command {
     /// Run a data server: it stores its stripes of every file behind a
     /// durable write log (an acknowledged write survives kill -9).
     Iod(daemon::IodArgs),
+    /// Run the metadata server on its own.
+    Mds(daemon::MdsArgs),
     /// Create a new cluster secret file.
     Secret(daemon::SecretArgs),
+    /// Start a whole cluster on this host (a metadata server and N data
+    /// servers under DIR); run again on the same DIR to restart it.
+    Up(cluster::UpArgs),
+    /// Stop the cluster in DIR (servers flush their logs first).
+    Down(cluster::DataArg),
+    /// Show the servers of the cluster in DIR and their counters.
+    Status(cluster::DataArg),
+    /// Copy a file into, out of, or within the cluster (pc:/path).
+    Cp(fs::CpArgs),
+    /// Print a cluster file.
+    Cat(fs::PathArgs),
+    /// List a cluster directory.
+    Ls(fs::PathArgs),
+    /// Make a cluster directory.
+    Mkdir(fs::PathArgs),
+    /// Remove a cluster file or empty directory.
+    Rm(fs::PathArgs),
+    /// Show a cluster file's attributes and layout.
+    Stat(fs::PathArgs),
+    /// Set or show a file's or directory's policies.
+    #[command(subcommand)]
+    Policy(fs::PolicyCommand),
 }
 
 fn main() {
@@ -33,6 +59,17 @@ fn main() {
         Command::Sim(c) => sim::run(c),
         Command::Iod(a) => daemon::iod(a),
         Command::Secret(a) => daemon::secret(a),
+        Command::Mds(a) => daemon::mds(a),
+        Command::Up(a) => cluster::up(a),
+        Command::Down(a) => cluster::down(a),
+        Command::Status(a) => cluster::status(a),
+        Command::Cp(a) => fs::cp(a),
+        Command::Cat(a) => fs::cat(a),
+        Command::Ls(a) => fs::ls(a),
+        Command::Mkdir(a) => fs::mkdir(a),
+        Command::Rm(a) => fs::rm(a),
+        Command::Stat(a) => fs::stat(a),
+        Command::Policy(c) => fs::policy(c),
     };
     if let Err(e) = result {
         // A reader that went away (`| head`) is not an error.

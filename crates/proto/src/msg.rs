@@ -137,6 +137,11 @@ pub enum Request {
         handle: Handle,
         size: u64,
     },
+    /// The data servers' addresses, by server id.
+    Servers,
+    // --- any server ---
+    /// Stop after finishing (flushing, checkpointing) — `parcache down`.
+    Shutdown,
     // --- data server ---
     /// Write the payload at `offset` of this server's part of the file;
     /// acknowledged once in the durable log.
@@ -197,6 +202,7 @@ pub enum Response {
         block_size: u32,
     },
     Stats(ServerStats),
+    Servers(Vec<String>),
     Error(ErrorReply),
 }
 

@@ -107,7 +107,7 @@ fn apply(s: &BlockStore, e: &Entry) -> io::Result<()> {
     }
 }
 
-struct IodHandler(Arc<Iod>);
+struct IodHandler(Arc<Iod>, Arc<watch::Sender<bool>>);
 
 impl Handler for IodHandler {
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
@@ -152,6 +152,10 @@ impl Handler for IodHandler {
                 Ok(()) => Response::Ok,
                 Err(e) => io_reply(&format!("remove of handle {handle}"), e),
             },
+            Request::Shutdown => {
+                let _ = self.1.send(true);
+                Response::Ok
+            }
             Request::Stats => Response::Stats(ServerStats {
                 role: "iod".into(),
                 log_bytes: iod.log.bytes().await,
@@ -165,12 +169,8 @@ impl Handler for IodHandler {
     }
 }
 
-/// Opens the stores (replaying the log) and binds; returns the bound address
-/// and a future that serves until `shutdown` turns true, then checkpoints.
-pub async fn start(
-    cfg: IodConfig,
-    shutdown: watch::Receiver<bool>,
-) -> io::Result<(SocketAddr, impl std::future::Future<Output = io::Result<()>>)> {
+/// Opens the stores (replaying the log) and binds. Await `served` to run.
+pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     std::fs::create_dir_all(&cfg.data_dir)?;
     let store = Arc::new(BlockStore::open(&cfg.data_dir)?);
     let (mut wal, replay) = Wal::open(FileMedia::open(&cfg.data_dir.join("log"))?)?;
@@ -199,9 +199,12 @@ pub async fn start(
     });
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
-    let served = async move {
-        serve(listener, cfg.secret, Arc::new(IodHandler(iod.clone())), shutdown).await;
+    let (stop, rx) = watch::channel(false);
+    let stop = Arc::new(stop);
+    let handler = Arc::new(IodHandler(iod.clone(), stop.clone()));
+    let served = Box::pin(async move {
+        serve(listener, cfg.secret, handler, rx).await;
         iod.checkpoint().await
-    };
-    Ok((addr, served))
+    });
+    Ok(crate::Running { addr, stop, served })
 }

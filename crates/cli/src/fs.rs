@@ -1,0 +1,308 @@
+//! `parcache cp`, `cat`, `ls`, `mkdir`, `rm`, `stat`, `policy`: files in a
+//! running cluster through the client library. A path inside the cluster
+//! is written `pc:/dir/file`; any other path is local.
+
+use crate::cluster::read_cluster;
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use parcache_client::Fs;
+use parcache_proto::{Attr, FileKind, Secret};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+/// Which cluster to talk to.
+#[derive(Args, Clone)]
+pub struct Target {
+    /// A cluster started by `parcache up --data DIR`.
+    #[arg(long, value_name = "DIR", global = true)]
+    data: Option<PathBuf>,
+    /// Or a remote cluster's metadata server…
+    #[arg(long, value_name = "ADDR", global = true)]
+    mds: Option<String>,
+    /// …with its secret file.
+    #[arg(long, value_name = "FILE", global = true)]
+    secret_file: Option<PathBuf>,
+}
+
+impl Target {
+    async fn connect(&self) -> Result<Fs> {
+        let (mds, secret) = match (&self.data, &self.mds) {
+            (Some(dir), None) => (read_cluster(dir)?.mds, Secret::load(&dir.join("secret"))?),
+            (None, Some(mds)) => {
+                let f = self.secret_file.as_ref().context("--mds needs --secret-file")?;
+                (mds.clone(), Secret::load(f)?)
+            }
+            (Some(_), Some(_)) => bail!("give either --data DIR or --mds ADDR, not both"),
+            (None, None) => bail!("which cluster? give --data DIR (from `parcache up`) or --mds ADDR --secret-file FILE"),
+        };
+        Ok(Fs::connect(&mds, &secret).await?)
+    }
+}
+
+fn cluster_path(p: &str) -> Option<&str> {
+    p.strip_prefix("pc:")
+}
+
+fn need_cluster(p: &str) -> Result<&str> {
+    match cluster_path(p) {
+        Some(x) if x.starts_with('/') => Ok(x),
+        Some(x) => bail!("'{p}': a cluster path is absolute: pc:/{x}"),
+        None => bail!("'{p}' is not a cluster path (write it pc:/dir/file)"),
+    }
+}
+
+#[derive(Args)]
+pub struct CpArgs {
+    /// Source: a local file or pc:/path.
+    src: String,
+    /// Destination: a local file or pc:/path (an existing directory takes the source's name).
+    dst: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args)]
+pub struct PathArgs {
+    /// pc:/path
+    path: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Set a file's or directory's policies (directories pass them to new files):
+    /// write=…, replacement=…, prefetch=…, stripe_unit=64K, stripe_width=N.
+    Set {
+        path: String,
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show a file's or directory's policies.
+    Get {
+        path: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+const PIECE: usize = 8 << 20;
+
+fn rt() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Runtime::new()?)
+}
+
+fn bar(len: u64) -> ProgressBar {
+    if len < 16 << 20 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{bytes:>10}/{total_bytes} [{bar:40}] {binary_bytes_per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb
+}
+
+async fn dest_in_cluster(fs: &Fs, dst: &str, src_name: &str) -> Result<String> {
+    match fs.resolve(dst).await {
+        Ok(a) if a.kind == FileKind::Dir => Ok(format!("{}/{}", dst.trim_end_matches('/'), src_name)),
+        _ => Ok(dst.to_string()),
+    }
+}
+
+pub fn cp(a: CpArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let src_name = a.src.rsplit('/').next().unwrap_or("file").to_string();
+        match (cluster_path(&a.src), cluster_path(&a.dst)) {
+            (None, Some(_)) => {
+                let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
+                let mut f = std::fs::File::open(&a.src).with_context(|| format!("opening {}", a.src))?;
+                let len = f.metadata()?.len();
+                let mut attr = fs.create(&dst, 0o644, false).await.with_context(|| format!("creating pc:{dst}"))?;
+                if attr.size > 0 {
+                    attr = fs.truncate(&attr, 0).await?;
+                }
+                let pb = bar(len);
+                let mut buf = vec![0u8; PIECE];
+                let mut off = 0u64;
+                loop {
+                    let n = read_full(&mut f, &mut buf).with_context(|| format!("reading {}", a.src))?;
+                    if n == 0 {
+                        break;
+                    }
+                    fs.write_at(&attr, off, &buf[..n]).await.with_context(|| format!("writing pc:{dst} at {off}"))?;
+                    off += n as u64;
+                    pb.set_position(off);
+                }
+                pb.finish_and_clear();
+            }
+            (Some(_), None) => {
+                let src = need_cluster(&a.src)?;
+                let attr = fs.resolve(src).await?;
+                if attr.kind != FileKind::File {
+                    bail!("pc:{src} is not a regular file");
+                }
+                let mut dst = PathBuf::from(&a.dst);
+                if dst.is_dir() {
+                    dst.push(&src_name);
+                }
+                let mut out = std::fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
+                copy_out(&fs, &attr, &mut out).await?;
+                out.sync_all()?;
+            }
+            (Some(_), Some(_)) => {
+                let src = need_cluster(&a.src)?;
+                let attr = fs.resolve(src).await?;
+                let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
+                let mut to = fs.create(&dst, attr.mode, false).await?;
+                if to.size > 0 {
+                    to = fs.truncate(&to, 0).await?;
+                }
+                let pb = bar(attr.size);
+                let mut off = 0;
+                while off < attr.size {
+                    let d = fs.read_at(&attr, off, PIECE as u64).await?;
+                    fs.write_at(&to, off, &d).await?;
+                    off += d.len() as u64;
+                    pb.set_position(off);
+                }
+                pb.finish_and_clear();
+            }
+            (None, None) => bail!("neither '{}' nor '{}' is a cluster path (pc:/…)", a.src, a.dst),
+        }
+        Ok(())
+    })
+}
+
+fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+async fn copy_out(fs: &Fs, attr: &Attr, out: &mut impl Write) -> Result<()> {
+    let pb = bar(attr.size);
+    let mut off = 0;
+    while off < attr.size {
+        let d = fs.read_at(attr, off, PIECE as u64).await?;
+        if d.is_empty() {
+            break;
+        }
+        out.write_all(&d)?;
+        off += d.len() as u64;
+        pb.set_position(off);
+    }
+    pb.finish_and_clear();
+    Ok(())
+}
+
+pub fn cat(a: PathArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let p = need_cluster(&a.path)?;
+        let attr = fs.resolve(p).await?;
+        if attr.kind != FileKind::File {
+            bail!("{}: not a regular file", a.path);
+        }
+        copy_out(&fs, &attr, &mut std::io::stdout().lock()).await
+    })
+}
+
+pub fn ls(a: PathArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let p = need_cluster(&a.path)?;
+        let attr = fs.resolve(p).await?;
+        let entries = if attr.kind == FileKind::Dir {
+            fs.readdir(p).await?
+        } else {
+            vec![parcache_proto::DirEntry { name: p.rsplit('/').next().unwrap_or(p).into(), handle: attr.handle, kind: attr.kind }]
+        };
+        let mut out = std::io::stdout().lock();
+        for e in entries {
+            let a = fs.getattr(e.handle).await?;
+            let k = match e.kind {
+                FileKind::Dir => 'd',
+                FileKind::File => '-',
+                FileKind::Symlink => 'l',
+            };
+            writeln!(out, "{k}{:o} {:>12} {}", a.mode, a.size, e.name)?;
+        }
+        Ok(())
+    })
+}
+
+pub fn mkdir(a: PathArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        fs.mkdir(need_cluster(&a.path)?, 0o755).await?;
+        Ok(())
+    })
+}
+
+pub fn rm(a: PathArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let p = need_cluster(&a.path)?;
+        match fs.resolve(p).await?.kind {
+            FileKind::Dir => fs.rmdir(p).await?,
+            _ => fs.unlink(p).await?,
+        }
+        Ok(())
+    })
+}
+
+pub fn stat(a: PathArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let p = need_cluster(&a.path)?;
+        let s = fs.resolve(p).await?;
+        println!("  path: pc:{p}");
+        println!("handle: {}   kind: {:?}   mode: {:o}   links: {}", s.handle, s.kind, s.mode, s.nlink);
+        println!("  size: {}   version: {}   uid/gid: {}/{}", s.size, s.version, s.uid, s.gid);
+        println!(" mtime: {}.{:09}   ctime: {}.{:09}", s.mtime.secs, s.mtime.nanos, s.ctime.secs, s.ctime.nanos);
+        if let Some(l) = s.layout {
+            println!("layout: stripe unit {} bytes over data servers {:?}", l.stripe_unit, l.servers);
+        }
+        Ok(())
+    })
+}
+
+pub fn policy(c: PolicyCommand) -> Result<()> {
+    rt()?.block_on(async {
+        let (path, target) = match &c {
+            PolicyCommand::Set { path, target, .. } | PolicyCommand::Get { path, target } => (path.clone(), target.clone()),
+        };
+        let fs = target.connect().await?;
+        let p = need_cluster(&path)?;
+        let list = match c {
+            PolicyCommand::Set { settings, .. } => {
+                let mut last = vec![];
+                for kv in settings {
+                    let (k, v) = kv.split_once('=').with_context(|| format!("'{kv}' is not KEY=VALUE"))?;
+                    last = fs.set_policy(p, k.trim(), v.trim()).await?;
+                }
+                last
+            }
+            PolicyCommand::Get { .. } => fs.get_policy(p).await?,
+        };
+        if list.is_empty() {
+            println!("{path}: default policies");
+        }
+        for (k, v) in list {
+            println!("{k}={v}");
+        }
+        Ok(())
+    })
+}

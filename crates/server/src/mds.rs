@@ -1,0 +1,565 @@
+//! The metadata server (`parcache mds`): namespace, attributes, file layout
+//! and per-file policies, in an embedded transactional store (redb), one
+//! transaction per request, so a crash leaves every request done or undone.
+//!
+//! Layout is chosen at create: the stripe unit (default 64 KiB) and the
+//! data servers in round-robin order, the first one rotating from file to
+//! file. A directory's policies (including `stripe_unit`) are inherited by
+//! what is created in it. Every change to a file's content or size bumps
+//! its version (for close-to-open consistency checks).
+
+use bytes::Bytes;
+use parcache_core::{PrefetchKind, ReplacementKind, WritePolicyKind};
+use parcache_proto::msg::ServerStats;
+use parcache_proto::{
+    serve, Attr, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request, Response, Secret, SetAttr, Timestamp,
+    ROOT,
+};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Default stripe unit: 64 KiB.
+pub const DEFAULT_STRIPE_UNIT: u64 = 64 << 10;
+
+/// How a metadata server runs.
+#[derive(Clone, Debug)]
+pub struct MdsConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub secret: Secret,
+    /// Data servers' addresses; a file's layout names them by position.
+    pub iods: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Inode {
+    attr: Attr,
+    /// Directories: the parent (for `..` and rename loops).
+    parent: Handle,
+    target: Option<String>,
+    policies: Vec<(String, String)>,
+}
+
+type Fail = (ErrorCode, String);
+type R<T> = Result<T, Fail>;
+
+fn db_err(e: impl std::fmt::Display) -> Fail {
+    (ErrorCode::Io, format!("metadata store: {e}"))
+}
+
+fn now() -> Timestamp {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+}
+
+fn check_name(name: &str) -> R<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err((ErrorCode::Invalid, format!("'{name}' is not a valid file name")));
+    }
+    if name.len() > 255 {
+        return Err((ErrorCode::NameTooLong, format!("file name of {} bytes is over 255", name.len())));
+    }
+    Ok(())
+}
+
+/// The policy keys a file or directory can carry, with their checks.
+pub const POLICY_KEYS: [&str; 5] = ["write", "replacement", "prefetch", "stripe_unit", "stripe_width"];
+
+fn check_policy(key: &str, value: &str) -> R<String> {
+    let bad = |e: String| (ErrorCode::Invalid, e);
+    Ok(match key {
+        "write" => value.parse::<WritePolicyKind>().map_err(|e| bad(e.to_string()))?.to_string(),
+        "replacement" => value.parse::<ReplacementKind>().map_err(|e| bad(e.to_string()))?.to_string(),
+        "prefetch" => value.parse::<PrefetchKind>().map_err(|e| bad(e.to_string()))?.to_string(),
+        "stripe_unit" => parse_size(value)
+            .filter(|&n| n >= 512 && n <= 16 << 20)
+            .ok_or_else(|| bad(format!("stripe_unit '{value}' must be a size from 512 to 16M (e.g. 64K)")))?
+            .to_string(),
+        "stripe_width" => value
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| bad(format!("stripe_width '{value}' must be a positive number of servers")))?
+            .to_string(),
+        _ => return Err(bad(format!("unknown policy key '{key}' (known: {})", POLICY_KEYS.join(", ")))),
+    })
+}
+
+/// Parses `65536`, `64K`, `1M`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (n, m) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.trim().parse::<u64>().ok()?.checked_mul(m)
+}
+
+struct Mds {
+    db: Database,
+    iods: Vec<String>,
+}
+
+struct Tx {
+    tx: redb::WriteTransaction,
+}
+
+impl Tx {
+    fn get(&self, h: Handle) -> R<Inode> {
+        let t = self.tx.open_table(INODES).map_err(db_err)?;
+        let v = t.get(h).map_err(db_err)?.ok_or((ErrorCode::NotFound, format!("no file with handle {h}")))?;
+        postcard::from_bytes(v.value()).map_err(db_err)
+    }
+    fn put(&self, i: &Inode) -> R<()> {
+        let mut t = self.tx.open_table(INODES).map_err(db_err)?;
+        let b = postcard::to_stdvec(i).map_err(db_err)?;
+        t.insert(i.attr.handle, b.as_slice()).map_err(db_err)?;
+        Ok(())
+    }
+    fn delete(&self, h: Handle) -> R<()> {
+        let mut t = self.tx.open_table(INODES).map_err(db_err)?;
+        t.remove(h).map_err(db_err)?;
+        Ok(())
+    }
+    fn entry(&self, parent: Handle, name: &str) -> R<Option<Handle>> {
+        let t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        let v = t.get((parent, name)).map_err(db_err)?.map(|v| v.value());
+        Ok(v)
+    }
+    fn link(&self, parent: Handle, name: &str, h: Handle) -> R<()> {
+        let mut t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        t.insert((parent, name), h).map_err(db_err)?;
+        Ok(())
+    }
+    fn unlink(&self, parent: Handle, name: &str) -> R<()> {
+        let mut t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        t.remove((parent, name)).map_err(db_err)?;
+        Ok(())
+    }
+    fn is_empty_dir(&self, h: Handle) -> R<bool> {
+        let t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        let empty = t.range((h, "")..(h + 1, "")).map_err(db_err)?.next().is_none();
+        Ok(empty)
+    }
+    fn counter(&self, key: &str, first: u64) -> R<u64> {
+        let mut t = self.tx.open_table(META).map_err(db_err)?;
+        let v = t.get(key).map_err(db_err)?.map(|v| v.value()).unwrap_or(first);
+        t.insert(key, v + 1).map_err(db_err)?;
+        Ok(v)
+    }
+    fn dir(&self, h: Handle) -> R<Inode> {
+        let i = self.get(h)?;
+        if i.attr.kind != FileKind::Dir {
+            return Err((ErrorCode::NotDir, format!("handle {h} is not a directory")));
+        }
+        Ok(i)
+    }
+    fn touch_dir(&self, dir: &mut Inode, nlink_delta: i32) -> R<()> {
+        let t = now();
+        dir.attr.mtime = t;
+        dir.attr.ctime = t;
+        dir.attr.version += 1;
+        dir.attr.nlink = (dir.attr.nlink as i64 + nlink_delta as i64).max(0) as u32;
+        self.put(dir)
+    }
+    /// Drops one link of `i`; returns the inode if it is gone (its data must go too).
+    fn drop_link(&self, mut i: Inode) -> R<Option<Attr>> {
+        i.attr.nlink = i.attr.nlink.saturating_sub(1);
+        i.attr.ctime = now();
+        if i.attr.nlink == 0 || i.attr.kind == FileKind::Dir {
+            self.delete(i.attr.handle)?;
+            i.attr.nlink = 0;
+            Ok(Some(i.attr))
+        } else {
+            self.put(&i)?;
+            Ok(None)
+        }
+    }
+}
+
+impl Mds {
+    fn open(cfg: &MdsConfig) -> io::Result<Mds> {
+        std::fs::create_dir_all(&cfg.data_dir)?;
+        let db = Database::create(cfg.data_dir.join("meta.redb")).map_err(io::Error::other)?;
+        let mds = Mds { db, iods: cfg.iods.clone() };
+        mds.write(|tx| {
+            if tx.get(ROOT).is_err() {
+                let t = now();
+                tx.put(&Inode {
+                    attr: Attr {
+                        handle: ROOT,
+                        kind: FileKind::Dir,
+                        mode: 0o755,
+                        uid: 0,
+                        gid: 0,
+                        size: 0,
+                        nlink: 2,
+                        atime: t,
+                        mtime: t,
+                        ctime: t,
+                        version: 1,
+                        layout: None,
+                    },
+                    parent: ROOT,
+                    target: None,
+                    policies: vec![],
+                })?;
+                tx.counter("next_handle", ROOT + 1)?;
+            }
+            Ok(Response::Ok)
+        })
+        .map_err(|(_, m)| io::Error::other(m))?;
+        Ok(mds)
+    }
+
+    fn write(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
+        let tx = Tx { tx: self.db.begin_write().map_err(db_err)? };
+        let r = f(&tx)?;
+        tx.tx.commit().map_err(db_err)?;
+        Ok(r)
+    }
+
+    fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<String>) -> R<Inode> {
+        let handle = tx.counter("next_handle", ROOT + 1)?;
+        let t = now();
+        let policy = |k: &str| parent.policies.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let layout = if kind == FileKind::File {
+            if self.iods.is_empty() {
+                return Err((ErrorCode::Io, "no data servers are configured".into()));
+            }
+            let n = self.iods.len() as u32;
+            let unit = policy("stripe_unit").and_then(|v| parse_size(&v)).unwrap_or(DEFAULT_STRIPE_UNIT);
+            let width = policy("stripe_width").and_then(|v| v.parse::<u32>().ok()).unwrap_or(n).clamp(1, n);
+            let first = (tx.counter("next_server", 0)? % n as u64) as u32;
+            Some(Layout { stripe_unit: unit, servers: (0..width).map(|i| (first + i) % n).collect() })
+        } else {
+            None
+        };
+        let size = target.as_ref().map_or(0, |t| t.len() as u64);
+        Ok(Inode {
+            attr: Attr {
+                handle,
+                kind,
+                mode: mode & 0o7777,
+                uid: parent.attr.uid,
+                gid: parent.attr.gid,
+                size,
+                nlink: if kind == FileKind::Dir { 2 } else { 1 },
+                atime: t,
+                mtime: t,
+                ctime: t,
+                version: 1,
+                layout,
+            },
+            parent: parent.attr.handle,
+            target,
+            policies: parent.policies.clone(),
+        })
+    }
+
+    fn op(&self, req: Request) -> R<Response> {
+        match req {
+            Request::Lookup { parent, name } => self.write(|tx| {
+                tx.dir(parent)?;
+                let h = match name.as_str() {
+                    "." => parent,
+                    ".." => tx.get(parent)?.parent,
+                    _ => tx.entry(parent, &name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?,
+                };
+                Ok(Response::Attr(tx.get(h)?.attr))
+            }),
+            Request::GetAttr { handle } => self.write(|tx| Ok(Response::Attr(tx.get(handle)?.attr))),
+            Request::SetAttr { handle, set } => self.write(|tx| {
+                let mut i = tx.get(handle)?;
+                apply_setattr(&mut i, set)?;
+                tx.put(&i)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::Create { parent, name, mode, exclusive } => self.write(|tx| {
+                check_name(&name)?;
+                let mut p = tx.dir(parent)?;
+                if let Some(h) = tx.entry(parent, &name)? {
+                    let i = tx.get(h)?;
+                    if exclusive {
+                        return Err((ErrorCode::Exists, format!("'{name}' exists")));
+                    }
+                    if i.attr.kind == FileKind::Dir {
+                        return Err((ErrorCode::IsDir, format!("'{name}' is a directory")));
+                    }
+                    return Ok(Response::Attr(i.attr));
+                }
+                let i = self.new_inode(tx, &p, FileKind::File, mode, None)?;
+                tx.put(&i)?;
+                tx.link(parent, &name, i.attr.handle)?;
+                tx.touch_dir(&mut p, 0)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::Mkdir { parent, name, mode } => self.write(|tx| {
+                check_name(&name)?;
+                let mut p = tx.dir(parent)?;
+                if tx.entry(parent, &name)?.is_some() {
+                    return Err((ErrorCode::Exists, format!("'{name}' exists")));
+                }
+                let i = self.new_inode(tx, &p, FileKind::Dir, mode, None)?;
+                tx.put(&i)?;
+                tx.link(parent, &name, i.attr.handle)?;
+                tx.touch_dir(&mut p, 1)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::Symlink { parent, name, target } => self.write(|tx| {
+                check_name(&name)?;
+                let mut p = tx.dir(parent)?;
+                if tx.entry(parent, &name)?.is_some() {
+                    return Err((ErrorCode::Exists, format!("'{name}' exists")));
+                }
+                let i = self.new_inode(tx, &p, FileKind::Symlink, 0o777, Some(target))?;
+                tx.put(&i)?;
+                tx.link(parent, &name, i.attr.handle)?;
+                tx.touch_dir(&mut p, 0)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::ReadLink { handle } => self.write(|tx| {
+                let i = tx.get(handle)?;
+                i.target.map(Response::Target).ok_or((ErrorCode::Invalid, format!("handle {handle} is not a symbolic link")))
+            }),
+            Request::Link { handle, new_parent, new_name } => self.write(|tx| {
+                check_name(&new_name)?;
+                let mut p = tx.dir(new_parent)?;
+                let mut i = tx.get(handle)?;
+                if i.attr.kind == FileKind::Dir {
+                    return Err((ErrorCode::Access, "hard links to directories are not allowed".into()));
+                }
+                if tx.entry(new_parent, &new_name)?.is_some() {
+                    return Err((ErrorCode::Exists, format!("'{new_name}' exists")));
+                }
+                i.attr.nlink += 1;
+                i.attr.ctime = now();
+                tx.put(&i)?;
+                tx.link(new_parent, &new_name, handle)?;
+                tx.touch_dir(&mut p, 0)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::ReadDir { handle } => {
+                let rtx = self.db.begin_read().map_err(db_err)?;
+                let inodes = rtx.open_table(INODES).map_err(db_err)?;
+                let v = inodes.get(handle).map_err(db_err)?.ok_or((ErrorCode::NotFound, format!("no file with handle {handle}")))?;
+                let dir: Inode = postcard::from_bytes(v.value()).map_err(db_err)?;
+                if dir.attr.kind != FileKind::Dir {
+                    return Err((ErrorCode::NotDir, format!("handle {handle} is not a directory")));
+                }
+                let dirents = rtx.open_table(DIRENTS).map_err(db_err)?;
+                let mut out = vec![];
+                for e in dirents.range((handle, "")..(handle + 1, "")).map_err(db_err)? {
+                    let (k, v) = e.map_err(db_err)?;
+                    let h = v.value();
+                    let kind = match inodes.get(h).map_err(db_err)? {
+                        Some(b) => postcard::from_bytes::<Inode>(b.value()).map_err(db_err)?.attr.kind,
+                        None => continue,
+                    };
+                    out.push(DirEntry { name: k.value().1.to_string(), handle: h, kind });
+                }
+                Ok(Response::Entries(out))
+            }
+            Request::Unlink { parent, name } => self.write(|tx| {
+                let mut p = tx.dir(parent)?;
+                let h = tx.entry(parent, &name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+                let i = tx.get(h)?;
+                if i.attr.kind == FileKind::Dir {
+                    return Err((ErrorCode::IsDir, format!("'{name}' is a directory (use rmdir)")));
+                }
+                tx.unlink(parent, &name)?;
+                tx.touch_dir(&mut p, 0)?;
+                Ok(match tx.drop_link(i)? {
+                    Some(gone) => Response::Attr(gone),
+                    None => Response::Ok,
+                })
+            }),
+            Request::Rmdir { parent, name } => self.write(|tx| {
+                let mut p = tx.dir(parent)?;
+                let h = tx.entry(parent, &name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+                let i = tx.dir(h)?;
+                if !tx.is_empty_dir(h)? {
+                    return Err((ErrorCode::NotEmpty, format!("directory '{name}' is not empty")));
+                }
+                tx.unlink(parent, &name)?;
+                tx.delete(i.attr.handle)?;
+                tx.touch_dir(&mut p, -1)?;
+                Ok(Response::Ok)
+            }),
+            Request::Rename { parent, name, new_parent, new_name } => self.write(|tx| self.rename(tx, parent, &name, new_parent, &new_name)),
+            Request::StatFs => {
+                let rtx = self.db.begin_read().map_err(db_err)?;
+                let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
+                Ok(Response::StatFs { blocks: 1 << 30, free: 1 << 29, files, block_size: 4096 })
+            }
+            Request::SetPolicy { handle, key, value } => self.write(|tx| {
+                let value = check_policy(&key, &value)?;
+                let mut i = tx.get(handle)?;
+                i.policies.retain(|(k, _)| *k != key);
+                i.policies.push((key, value));
+                i.policies.sort();
+                i.attr.ctime = now();
+                tx.put(&i)?;
+                Ok(Response::Policies(i.policies))
+            }),
+            Request::GetPolicy { handle } => self.write(|tx| Ok(Response::Policies(tx.get(handle)?.policies))),
+            Request::Written { handle, size } => self.write(|tx| {
+                let mut i = tx.get(handle)?;
+                let t = now();
+                i.attr.size = i.attr.size.max(size);
+                i.attr.mtime = t;
+                i.attr.ctime = t;
+                i.attr.version += 1;
+                tx.put(&i)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::Servers => Ok(Response::Servers(self.iods.clone())),
+            Request::Stats => {
+                let rtx = self.db.begin_read().map_err(db_err)?;
+                let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
+                Ok(Response::Stats(ServerStats { role: format!("mds ({files} files)"), ..ServerStats::default() }))
+            }
+            other => Err((ErrorCode::BadRequest, format!("the metadata server does not serve {other:?}"))),
+        }
+    }
+
+    fn rename(&self, tx: &Tx, parent: Handle, name: &str, new_parent: Handle, new_name: &str) -> R<Response> {
+        check_name(new_name)?;
+        let mut src_dir = tx.dir(parent)?;
+        tx.dir(new_parent)?;
+        let h = tx.entry(parent, name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+        let mut src = tx.get(h)?;
+        let is_dir = src.attr.kind == FileKind::Dir;
+        if is_dir {
+            // A directory cannot move into its own subtree.
+            let mut p = new_parent;
+            loop {
+                if p == h {
+                    return Err((ErrorCode::Invalid, format!("cannot move '{name}' into itself")));
+                }
+                if p == ROOT {
+                    break;
+                }
+                p = tx.get(p)?.parent;
+            }
+        }
+        let mut destroyed = None;
+        if let Some(t) = tx.entry(new_parent, new_name)? {
+            if t == h {
+                return Ok(Response::Ok);
+            }
+            let target = tx.get(t)?;
+            match (is_dir, target.attr.kind == FileKind::Dir) {
+                (true, false) => return Err((ErrorCode::NotDir, format!("'{new_name}' is not a directory"))),
+                (false, true) => return Err((ErrorCode::IsDir, format!("'{new_name}' is a directory"))),
+                (true, true) if !tx.is_empty_dir(t)? => {
+                    return Err((ErrorCode::NotEmpty, format!("directory '{new_name}' is not empty")))
+                }
+                _ => {}
+            }
+            tx.unlink(new_parent, new_name)?;
+            if target.attr.kind == FileKind::Dir {
+                let mut np = tx.dir(new_parent)?;
+                tx.touch_dir(&mut np, -1)?;
+            }
+            destroyed = tx.drop_link(target)?;
+        }
+        tx.unlink(parent, name)?;
+        tx.link(new_parent, new_name, h)?;
+        src.attr.ctime = now();
+        if is_dir && parent != new_parent {
+            src.parent = new_parent;
+            tx.touch_dir(&mut src_dir, -1)?;
+            let mut np = tx.dir(new_parent)?;
+            tx.touch_dir(&mut np, 1)?;
+        } else {
+            tx.touch_dir(&mut src_dir, 0)?;
+            if parent != new_parent {
+                let mut np = tx.dir(new_parent)?;
+                tx.touch_dir(&mut np, 0)?;
+            }
+        }
+        tx.put(&src)?;
+        Ok(match destroyed.filter(|a| a.kind == FileKind::File) {
+            Some(a) => Response::Attr(a),
+            None => Response::Ok,
+        })
+    }
+}
+
+fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
+    let t = now();
+    if let Some(m) = set.mode {
+        i.attr.mode = m & 0o7777;
+    }
+    if let Some(u) = set.uid {
+        i.attr.uid = u;
+    }
+    if let Some(g) = set.gid {
+        i.attr.gid = g;
+    }
+    if let Some(size) = set.size {
+        if i.attr.kind != FileKind::File {
+            return Err((ErrorCode::IsDir, format!("handle {} is not a regular file", i.attr.handle)));
+        }
+        if size != i.attr.size {
+            i.attr.size = size;
+            i.attr.version += 1;
+            i.attr.mtime = t;
+        }
+    }
+    if let Some(a) = set.atime {
+        i.attr.atime = a;
+    }
+    if let Some(m) = set.mtime {
+        i.attr.mtime = m;
+    }
+    i.attr.ctime = t;
+    Ok(())
+}
+
+struct MdsHandler(Arc<Mds>, Arc<watch::Sender<bool>>);
+
+impl Handler for MdsHandler {
+    async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+        if req == Request::Shutdown {
+            let _ = self.1.send(true);
+            return (Response::Ok, Bytes::new());
+        }
+        let mds = self.0.clone();
+        let r = tokio::task::spawn_blocking(move || mds.op(req)).await;
+        let resp = match r {
+            Ok(Ok(resp)) => resp,
+            Ok(Err((code, msg))) => Response::error(code, msg),
+            Err(e) => Response::error(ErrorCode::Io, format!("metadata operation failed: {e}")),
+        };
+        (resp, Bytes::new())
+    }
+}
+
+/// Opens the metadata store and binds. Await `served` to run.
+pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
+    let mds = Arc::new(Mds::open(&cfg)?);
+    let listener = TcpListener::bind(cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let (stop, rx) = watch::channel(false);
+    let stop = Arc::new(stop);
+    let handler = Arc::new(MdsHandler(mds, stop.clone()));
+    let served = Box::pin(async move {
+        serve(listener, cfg.secret, handler, rx).await;
+        Ok(())
+    });
+    Ok(crate::Running { addr, stop, served })
+}
