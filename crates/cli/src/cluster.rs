@@ -44,18 +44,30 @@ fn cluster_file(dir: &Path) -> PathBuf {
 
 pub fn read_cluster(dir: &Path) -> Result<ClusterFile> {
     let p = cluster_file(dir);
-    let s = std::fs::read_to_string(&p).with_context(|| format!("{}: no cluster here (start one with `parcache up --data {}`)", p.display(), dir.display()))?;
+    let s = std::fs::read_to_string(&p).with_context(|| {
+        format!(
+            "{}: no cluster here (start one with `parcache up --data {}`)",
+            p.display(),
+            dir.display()
+        )
+    })?;
     serde_json::from_str(&s).with_context(|| format!("{} is damaged", p.display()))
 }
 
 fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
 }
 
 /// Starts one daemon detached from this process, returning its pid and address.
 fn spawn(args: &[String], log: &Path) -> Result<(u32, String)> {
-    let logf = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
     let mut child = Command::new(std::env::current_exe()?)
         .args(args)
         .stdin(Stdio::null())
@@ -70,7 +82,12 @@ fn spawn(args: &[String], log: &Path) -> Result<(u32, String)> {
         let _ = child.kill();
         let tail = std::fs::read_to_string(log).unwrap_or_default();
         let last: Vec<&str> = tail.lines().rev().take(5).collect();
-        bail!("parcache {} did not start; its log {} ends with:\n{}", args[0], log.display(), last.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        bail!(
+            "parcache {} did not start; its log {} ends with:\n{}",
+            args[0],
+            log.display(),
+            last.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
     };
     Ok((child.id(), addr.to_string()))
 }
@@ -83,10 +100,20 @@ pub fn up(a: UpArgs) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     if let Ok(c) = read_cluster(dir) {
         if c.pids.iter().any(|&p| alive(p)) {
-            bail!("a cluster is already running in {} (metadata server {}); `parcache down --data {}` stops it", dir.display(), c.mds, dir.display());
+            bail!(
+                "a cluster is already running in {} (metadata server {}); `parcache down --data {}` stops it",
+                dir.display(),
+                c.mds,
+                dir.display()
+            );
         }
         if c.iods.len() != a.iods as usize {
-            bail!("{} was a cluster of {} data servers; restart it with --iods {}", dir.display(), c.iods.len(), c.iods.len());
+            bail!(
+                "{} was a cluster of {} data servers; restart it with --iods {}",
+                dir.display(),
+                c.iods.len(),
+                c.iods.len()
+            );
         }
     }
     let secret_file = dir.join("secret");
@@ -100,14 +127,30 @@ pub fn up(a: UpArgs) -> Result<()> {
     for i in 0..a.iods {
         let d = dir.join(format!("iod-{i}"));
         std::fs::create_dir_all(&d)?;
-        let args = vec!["iod".into(), "--data".into(), s(&d), "--listen".into(), format!("127.0.0.1:{}", port(1 + i as u16)), "--secret-file".into(), s(&secret_file)];
+        let args = vec![
+            "iod".into(),
+            "--data".into(),
+            s(&d),
+            "--listen".into(),
+            format!("127.0.0.1:{}", port(1 + i as u16)),
+            "--secret-file".into(),
+            s(&secret_file),
+        ];
         let (pid, addr) = spawn(&args, &dir.join(format!("iod-{i}.log")))?;
         pids.push(pid);
         iods.push(addr);
     }
     let d = dir.join("mds");
     std::fs::create_dir_all(&d)?;
-    let mut args = vec!["mds".into(), "--data".into(), s(&d), "--listen".into(), format!("127.0.0.1:{}", port(0)), "--secret-file".into(), s(&secret_file)];
+    let mut args = vec![
+        "mds".into(),
+        "--data".into(),
+        s(&d),
+        "--listen".into(),
+        format!("127.0.0.1:{}", port(0)),
+        "--secret-file".into(),
+        s(&secret_file),
+    ];
     for addr in &iods {
         args.push("--iod".into());
         args.push(addr.clone());
@@ -116,7 +159,12 @@ pub fn up(a: UpArgs) -> Result<()> {
     pids.push(pid);
     let c = ClusterFile { mds, iods, pids };
     std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&c)?)?;
-    println!("parcache cluster in {}: metadata server {}, {} data servers", dir.display(), c.mds, c.iods.len());
+    println!(
+        "parcache cluster in {}: metadata server {}, {} data servers",
+        dir.display(),
+        c.mds,
+        c.iods.len()
+    );
     println!("  copy in:  parcache cp --data {} ./file pc:/file", dir.display());
     println!("  stop:     parcache down --data {}", dir.display());
     Ok(())
@@ -142,7 +190,10 @@ pub fn down(a: DataArg) -> Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while c.pids.iter().any(|&p| alive(p)) {
         if std::time::Instant::now() > deadline {
-            bail!("servers {:?} did not stop within 30 s", c.pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>());
+            bail!(
+                "servers {:?} did not stop within 30 s",
+                c.pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -157,14 +208,20 @@ pub fn status(a: DataArg) -> Result<()> {
     let mut addrs = vec![("mds".to_string(), c.mds.clone())];
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
     rt.block_on(async {
-        println!("{:<8} {:<22} {:>10} {:>12} {:>10}", "server", "address", "state", "log bytes", "writes");
+        println!(
+            "{:<8} {:<22} {:>10} {:>12} {:>10}",
+            "server", "address", "state", "log bytes", "writes"
+        );
         for (name, addr) in addrs {
             let stats = match Client::connect(&addr, &secret).await {
                 Ok(cl) => cl.call(&Request::Stats, &[]).await.ok(),
                 Err(_) => None,
             };
             match stats {
-                Some((Response::Stats(s), _)) => println!("{:<8} {:<22} {:>10} {:>12} {:>10}", name, addr, "up", s.log_bytes, s.writes_down),
+                Some((Response::Stats(s), _)) => println!(
+                    "{:<8} {:<22} {:>10} {:>12} {:>10}",
+                    name, addr, "up", s.log_bytes, s.writes_down
+                ),
                 _ => println!("{:<8} {:<22} {:>10}", name, addr, "DOWN"),
             }
         }

@@ -66,10 +66,16 @@ pub struct MdsArgs {
     iods: Vec<String>,
 }
 
-fn run_daemon(what: &str, dir: &std::path::Path, start: impl std::future::Future<Output = std::io::Result<Running>>) -> Result<()> {
+fn run_daemon(
+    what: &str,
+    dir: &std::path::Path,
+    start: impl std::future::Future<Output = std::io::Result<Running>>,
+) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let running = start.await.with_context(|| format!("starting the {what} in {}", dir.display()))?;
+        let running = start
+            .await
+            .with_context(|| format!("starting the {what} in {}", dir.display()))?;
         tracing::info!("{what} for {} listening on {}", dir.display(), running.addr);
         // The first line of standard output tells scripts where we listen.
         let mut out = std::io::stdout().lock();
@@ -78,7 +84,8 @@ fn run_daemon(what: &str, dir: &std::path::Path, start: impl std::future::Future
         drop(out);
         let stop = running.stop.clone();
         tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {},
                 _ = term.recv() => {},
@@ -95,7 +102,12 @@ pub fn iod(a: IodArgs) -> Result<()> {
     logging();
     let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
     let secret = Secret::load(&secret_file).with_context(|| "the data server needs the cluster secret")?;
-    let cfg = IodConfig { data_dir: a.data.clone(), listen: a.listen, secret, checkpoint_bytes: a.checkpoint_mib << 20 };
+    let cfg = IodConfig {
+        data_dir: a.data.clone(),
+        listen: a.listen,
+        secret,
+        checkpoint_bytes: a.checkpoint_mib << 20,
+    };
     run_daemon("data server", &a.data, iod::start(cfg))
 }
 
@@ -103,6 +115,11 @@ pub fn mds(a: MdsArgs) -> Result<()> {
     logging();
     let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
     let secret = Secret::load(&secret_file).with_context(|| "the metadata server needs the cluster secret")?;
-    let cfg = MdsConfig { data_dir: a.data.clone(), listen: a.listen, secret, iods: a.iods };
+    let cfg = MdsConfig {
+        data_dir: a.data.clone(),
+        listen: a.listen,
+        secret,
+        iods: a.iods,
+    };
     run_daemon("metadata server", &a.data, mds::start(cfg))
 }

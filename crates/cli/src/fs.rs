@@ -34,7 +34,9 @@ impl Target {
                 (mds.clone(), Secret::load(f)?)
             }
             (Some(_), Some(_)) => bail!("give either --data DIR or --mds ADDR, not both"),
-            (None, None) => bail!("which cluster? give --data DIR (from `parcache up`) or --mds ADDR --secret-file FILE"),
+            (None, None) => {
+                bail!("which cluster? give --data DIR (from `parcache up`) or --mds ADDR --secret-file FILE")
+            }
         };
         Ok(Fs::connect(&mds, &secret).await?)
     }
@@ -124,7 +126,10 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
                 let mut f = std::fs::File::open(&a.src).with_context(|| format!("opening {}", a.src))?;
                 let len = f.metadata()?.len();
-                let mut attr = fs.create(&dst, 0o644, false).await.with_context(|| format!("creating pc:{dst}"))?;
+                let mut attr = fs
+                    .create(&dst, 0o644, false)
+                    .await
+                    .with_context(|| format!("creating pc:{dst}"))?;
                 if attr.size > 0 {
                     attr = fs.truncate(&attr, 0).await?;
                 }
@@ -136,7 +141,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     if n == 0 {
                         break;
                     }
-                    fs.write_at(&attr, off, &buf[..n]).await.with_context(|| format!("writing pc:{dst} at {off}"))?;
+                    fs.write_at(&attr, off, &buf[..n])
+                        .await
+                        .with_context(|| format!("writing pc:{dst} at {off}"))?;
                     off += n as u64;
                     pb.set_position(off);
                 }
@@ -227,7 +234,11 @@ pub fn ls(a: PathArgs) -> Result<()> {
         let entries = if attr.kind == FileKind::Dir {
             fs.readdir(p).await?
         } else {
-            vec![parcache_proto::DirEntry { name: p.rsplit('/').next().unwrap_or(p).into(), handle: attr.handle, kind: attr.kind }]
+            vec![parcache_proto::DirEntry {
+                name: p.rsplit('/').next().unwrap_or(p).into(),
+                handle: attr.handle,
+                kind: attr.kind,
+            }]
         };
         let mut out = std::io::stdout().lock();
         for e in entries {
@@ -269,11 +280,23 @@ pub fn stat(a: PathArgs) -> Result<()> {
         let p = need_cluster(&a.path)?;
         let s = fs.resolve(p).await?;
         println!("  path: pc:{p}");
-        println!("handle: {}   kind: {:?}   mode: {:o}   links: {}", s.handle, s.kind, s.mode, s.nlink);
-        println!("  size: {}   version: {}   uid/gid: {}/{}", s.size, s.version, s.uid, s.gid);
-        println!(" mtime: {}.{:09}   ctime: {}.{:09}", s.mtime.secs, s.mtime.nanos, s.ctime.secs, s.ctime.nanos);
+        println!(
+            "handle: {}   kind: {:?}   mode: {:o}   links: {}",
+            s.handle, s.kind, s.mode, s.nlink
+        );
+        println!(
+            "  size: {}   version: {}   uid/gid: {}/{}",
+            s.size, s.version, s.uid, s.gid
+        );
+        println!(
+            " mtime: {}.{:09}   ctime: {}.{:09}",
+            s.mtime.secs, s.mtime.nanos, s.ctime.secs, s.ctime.nanos
+        );
         if let Some(l) = s.layout {
-            println!("layout: stripe unit {} bytes over data servers {:?}", l.stripe_unit, l.servers);
+            println!(
+                "layout: stripe unit {} bytes over data servers {:?}",
+                l.stripe_unit, l.servers
+            );
         }
         Ok(())
     })
@@ -282,7 +305,9 @@ pub fn stat(a: PathArgs) -> Result<()> {
 pub fn policy(c: PolicyCommand) -> Result<()> {
     rt()?.block_on(async {
         let (path, target) = match &c {
-            PolicyCommand::Set { path, target, .. } | PolicyCommand::Get { path, target } => (path.clone(), target.clone()),
+            PolicyCommand::Set { path, target, .. } | PolicyCommand::Get { path, target } => {
+                (path.clone(), target.clone())
+            }
         };
         let fs = target.connect().await?;
         let p = need_cluster(&path)?;

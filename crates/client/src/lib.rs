@@ -10,7 +10,9 @@
 
 use bytes::{Bytes, BytesMut};
 use parcache_core::StripeLayout;
-use parcache_proto::{Attr, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT};
+use parcache_proto::{
+    Attr, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT,
+};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::Mutex;
@@ -18,11 +20,20 @@ use tokio::sync::Mutex;
 #[derive(Debug, Error)]
 pub enum FsError {
     #[error("{path}: {message}")]
-    Remote { path: String, code: ErrorCode, message: String },
+    Remote {
+        path: String,
+        code: ErrorCode,
+        message: String,
+    },
     #[error(transparent)]
     Conn(#[from] ConnError),
     #[error("data server {server} ({addr}) is unreachable after {tries} tries: {reason}")]
-    ServerDown { server: u32, addr: String, tries: u32, reason: String },
+    ServerDown {
+        server: u32,
+        addr: String,
+        tries: u32,
+        reason: String,
+    },
     #[error("{0}")]
     Protocol(String),
 }
@@ -45,8 +56,9 @@ impl FsError {
 
 pub type Result<T> = std::result::Result<T, FsError>;
 
-/// How often and how long to retry a data server that went away.
-const RETRIES: u32 = 6;
+/// How often and how long to retry a data server that went away: six
+/// tries, 250 ms apart and growing, about four seconds in all.
+pub const DEFAULT_RETRIES: u32 = 6;
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 
 struct Iod {
@@ -59,11 +71,18 @@ pub struct Fs {
     mds: Client,
     iods: Vec<Iod>,
     secret: Secret,
+    retries: u32,
 }
 
 fn layout_of(a: &Attr) -> Result<(StripeLayout, Vec<u32>)> {
-    let l = a.layout.as_ref().ok_or_else(|| FsError::Protocol(format!("handle {} has no layout", a.handle)))?;
-    Ok((StripeLayout::new(l.stripe_unit, l.servers.len() as u32), l.servers.clone()))
+    let l = a
+        .layout
+        .as_ref()
+        .ok_or_else(|| FsError::Protocol(format!("handle {} has no layout", a.handle)))?;
+    Ok((
+        StripeLayout::new(l.stripe_unit, l.servers.len() as u32),
+        l.servers.clone(),
+    ))
 }
 
 impl Fs {
@@ -74,8 +93,24 @@ impl Fs {
             Response::Servers(a) => a,
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
-        let iods = addrs.into_iter().map(|addr| Iod { addr, conn: Mutex::new(None) }).collect();
-        Ok(Fs { mds, iods, secret: secret.clone() })
+        let iods = addrs
+            .into_iter()
+            .map(|addr| Iod {
+                addr,
+                conn: Mutex::new(None),
+            })
+            .collect();
+        Ok(Fs {
+            mds,
+            iods,
+            secret: secret.clone(),
+            retries: DEFAULT_RETRIES,
+        })
+    }
+
+    /// How many times to try a data server before giving up (at least 1).
+    pub fn set_retries(&mut self, n: u32) {
+        self.retries = n.max(1);
     }
 
     /// Number of data servers.
@@ -85,7 +120,11 @@ impl Fs {
 
     async fn md(&self, path: &str, req: Request) -> Result<Response> {
         match self.mds.call(&req, &[]).await?.0 {
-            Response::Error(e) => Err(FsError::Remote { path: path.to_string(), code: e.code, message: e.message }),
+            Response::Error(e) => Err(FsError::Remote {
+                path: path.to_string(),
+                code: e.code,
+                message: e.message,
+            }),
             r => Ok(r),
         }
     }
@@ -99,9 +138,14 @@ impl Fs {
 
     /// Calls data server `i`, reconnecting (a bounded number of times) if it went away.
     async fn iod(&self, i: u32, req: &Request, data: &[u8]) -> Result<(Response, Bytes)> {
-        let iod = self.iods.get(i as usize).ok_or_else(|| FsError::Protocol(format!("layout names data server {i}, the cluster has {}", self.iods.len())))?;
+        let iod = self.iods.get(i as usize).ok_or_else(|| {
+            FsError::Protocol(format!(
+                "layout names data server {i}, the cluster has {}",
+                self.iods.len()
+            ))
+        })?;
         let mut last = String::new();
-        for attempt in 0..RETRIES {
+        for attempt in 0..self.retries {
             if attempt > 0 {
                 tokio::time::sleep(RETRY_PAUSE * attempt).await;
             }
@@ -129,7 +173,12 @@ impl Fs {
                 }
             }
         }
-        Err(FsError::ServerDown { server: i, addr: iod.addr.clone(), tries: RETRIES, reason: last })
+        Err(FsError::ServerDown {
+            server: i,
+            addr: iod.addr.clone(),
+            tries: self.retries,
+            reason: last,
+        })
     }
 
     /// Resolves an absolute path (symbolic links in the middle are not followed).
@@ -137,9 +186,21 @@ impl Fs {
         let mut cur = self.md_attr(path, Request::GetAttr { handle: ROOT }).await?;
         for name in path.split('/').filter(|c| !c.is_empty()) {
             if cur.kind != FileKind::Dir {
-                return Err(FsError::Remote { path: path.into(), code: ErrorCode::NotDir, message: format!("'{name}' is under something that is not a directory") });
+                return Err(FsError::Remote {
+                    path: path.into(),
+                    code: ErrorCode::NotDir,
+                    message: format!("'{name}' is under something that is not a directory"),
+                });
             }
-            cur = self.md_attr(path, Request::Lookup { parent: cur.handle, name: name.to_string() }).await?;
+            cur = self
+                .md_attr(
+                    path,
+                    Request::Lookup {
+                        parent: cur.handle,
+                        name: name.to_string(),
+                    },
+                )
+                .await?;
         }
         Ok(cur)
     }
@@ -149,23 +210,48 @@ impl Fs {
         let p = path.trim_end_matches('/');
         let (dir, name) = p.rsplit_once('/').unwrap_or(("", p));
         if name.is_empty() {
-            return Err(FsError::Remote { path: path.into(), code: ErrorCode::Invalid, message: "the root has no parent".into() });
+            return Err(FsError::Remote {
+                path: path.into(),
+                code: ErrorCode::Invalid,
+                message: "the root has no parent".into(),
+            });
         }
-        Ok((self.resolve(if dir.is_empty() { "/" } else { dir }).await?, name.to_string()))
+        Ok((
+            self.resolve(if dir.is_empty() { "/" } else { dir }).await?,
+            name.to_string(),
+        ))
     }
 
     pub async fn getattr(&self, handle: u64) -> Result<Attr> {
-        self.md_attr(&format!("handle {handle}"), Request::GetAttr { handle }).await
+        self.md_attr(&format!("handle {handle}"), Request::GetAttr { handle })
+            .await
     }
 
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        self.md_attr(path, Request::Create { parent: dir.handle, name, mode, exclusive }).await
+        self.md_attr(
+            path,
+            Request::Create {
+                parent: dir.handle,
+                name,
+                mode,
+                exclusive,
+            },
+        )
+        .await
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        self.md_attr(path, Request::Mkdir { parent: dir.handle, name, mode }).await
+        self.md_attr(
+            path,
+            Request::Mkdir {
+                parent: dir.handle,
+                name,
+                mode,
+            },
+        )
+        .await
     }
 
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
@@ -179,7 +265,16 @@ impl Fs {
     /// Removes a file; its data goes from the data servers when its last link does.
     pub async fn unlink(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        if let Response::Attr(gone) = self.md(path, Request::Unlink { parent: dir.handle, name }).await? {
+        if let Response::Attr(gone) = self
+            .md(
+                path,
+                Request::Unlink {
+                    parent: dir.handle,
+                    name,
+                },
+            )
+            .await?
+        {
             self.remove_data(&gone).await?;
         }
         Ok(())
@@ -187,14 +282,33 @@ impl Fs {
 
     pub async fn rmdir(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        self.md(path, Request::Rmdir { parent: dir.handle, name }).await.map(|_| ())
+        self.md(
+            path,
+            Request::Rmdir {
+                parent: dir.handle,
+                name,
+            },
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Renames, replacing an existing target (whose data goes if it was the last link).
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (d1, n1) = self.parent(from).await?;
         let (d2, n2) = self.parent(to).await?;
-        if let Response::Attr(gone) = self.md(from, Request::Rename { parent: d1.handle, name: n1, new_parent: d2.handle, new_name: n2 }).await? {
+        if let Response::Attr(gone) = self
+            .md(
+                from,
+                Request::Rename {
+                    parent: d1.handle,
+                    name: n1,
+                    new_parent: d2.handle,
+                    new_name: n2,
+                },
+            )
+            .await?
+        {
             self.remove_data(&gone).await?;
         }
         Ok(())
@@ -211,7 +325,17 @@ impl Fs {
 
     pub async fn set_policy(&self, path: &str, key: &str, value: &str) -> Result<Vec<(String, String)>> {
         let a = self.resolve(path).await?;
-        match self.md(path, Request::SetPolicy { handle: a.handle, key: key.into(), value: value.into() }).await? {
+        match self
+            .md(
+                path,
+                Request::SetPolicy {
+                    handle: a.handle,
+                    key: key.into(),
+                    value: value.into(),
+                },
+            )
+            .await?
+        {
             Response::Policies(p) => Ok(p),
             other => Err(FsError::Protocol(format!("{path}: unexpected reply {other:?}"))),
         }
@@ -232,7 +356,17 @@ impl Fs {
             let len = layout.server_bytes(size, pos as u32);
             self.iod(s, &Request::Truncate { handle: a.handle, len }, &[]).await?;
         }
-        self.md_attr(&format!("handle {}", a.handle), Request::SetAttr { handle: a.handle, set: SetAttr { size: Some(size), ..SetAttr::default() } }).await
+        self.md_attr(
+            &format!("handle {}", a.handle),
+            Request::SetAttr {
+                handle: a.handle,
+                set: SetAttr {
+                    size: Some(size),
+                    ..SetAttr::default()
+                },
+            },
+        )
+        .await
     }
 
     /// Writes `data` at `offset`. Each data server gets one request (its
@@ -254,12 +388,19 @@ impl Fs {
         }
         let calls = parts.into_iter().enumerate().filter_map(|(pos, p)| {
             let (server_offset, buf) = p?;
-            let req = Request::Write { handle: a.handle, offset: server_offset };
+            let req = Request::Write {
+                handle: a.handle,
+                offset: server_offset,
+            };
             let s = servers[pos];
             Some(async move {
                 match self.iod(s, &req, &buf).await? {
                     (Response::Written { .. }, _) => Ok(()),
-                    (Response::Error(e), _) => Err(FsError::Remote { path: format!("handle {}", a.handle), code: e.code, message: format!("data server {s}: {}", e.message) }),
+                    (Response::Error(e), _) => Err(FsError::Remote {
+                        path: format!("handle {}", a.handle),
+                        code: e.code,
+                        message: format!("data server {s}: {}", e.message),
+                    }),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
                 }
             })
@@ -267,7 +408,14 @@ impl Fs {
         for r in join_all(calls).await {
             r?;
         }
-        self.md_attr(&format!("handle {}", a.handle), Request::Written { handle: a.handle, size: offset + data.len() as u64 }).await?;
+        self.md_attr(
+            &format!("handle {}", a.handle),
+            Request::Written {
+                handle: a.handle,
+                size: offset + data.len() as u64,
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -293,9 +441,24 @@ impl Fs {
             let sp = *sp;
             async move {
                 let Some((off, n)) = sp else { return Ok(Bytes::new()) };
-                match self.iod(s, &Request::Read { handle: a.handle, offset: off, len: n }, &[]).await? {
+                match self
+                    .iod(
+                        s,
+                        &Request::Read {
+                            handle: a.handle,
+                            offset: off,
+                            len: n,
+                        },
+                        &[],
+                    )
+                    .await?
+                {
                     (Response::Data { .. }, d) => Ok(d),
-                    (Response::Error(e), _) => Err(FsError::Remote { path: format!("handle {}", a.handle), code: e.code, message: format!("data server {s}: {}", e.message) }),
+                    (Response::Error(e), _) => Err(FsError::Remote {
+                        path: format!("handle {}", a.handle),
+                        code: e.code,
+                        message: format!("data server {s}: {}", e.message),
+                    }),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
                 }
             }

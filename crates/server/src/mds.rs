@@ -58,8 +58,13 @@ fn db_err(e: impl std::fmt::Display) -> Fail {
 }
 
 fn now() -> Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp {
+        secs: d.as_secs() as i64,
+        nanos: d.subsec_nanos(),
+    }
 }
 
 fn check_name(name: &str) -> R<()> {
@@ -67,7 +72,10 @@ fn check_name(name: &str) -> R<()> {
         return Err((ErrorCode::Invalid, format!("'{name}' is not a valid file name")));
     }
     if name.len() > 255 {
-        return Err((ErrorCode::NameTooLong, format!("file name of {} bytes is over 255", name.len())));
+        return Err((
+            ErrorCode::NameTooLong,
+            format!("file name of {} bytes is over 255", name.len()),
+        ));
     }
     Ok(())
 }
@@ -78,12 +86,25 @@ pub const POLICY_KEYS: [&str; 5] = ["write", "replacement", "prefetch", "stripe_
 fn check_policy(key: &str, value: &str) -> R<String> {
     let bad = |e: String| (ErrorCode::Invalid, e);
     Ok(match key {
-        "write" => value.parse::<WritePolicyKind>().map_err(|e| bad(e.to_string()))?.to_string(),
-        "replacement" => value.parse::<ReplacementKind>().map_err(|e| bad(e.to_string()))?.to_string(),
-        "prefetch" => value.parse::<PrefetchKind>().map_err(|e| bad(e.to_string()))?.to_string(),
+        "write" => value
+            .parse::<WritePolicyKind>()
+            .map_err(|e| bad(e.to_string()))?
+            .to_string(),
+        "replacement" => value
+            .parse::<ReplacementKind>()
+            .map_err(|e| bad(e.to_string()))?
+            .to_string(),
+        "prefetch" => value
+            .parse::<PrefetchKind>()
+            .map_err(|e| bad(e.to_string()))?
+            .to_string(),
         "stripe_unit" => parse_size(value)
             .filter(|&n| n >= 512 && n <= 16 << 20)
-            .ok_or_else(|| bad(format!("stripe_unit '{value}' must be a size from 512 to 16M (e.g. 64K)")))?
+            .ok_or_else(|| {
+                bad(format!(
+                    "stripe_unit '{value}' must be a size from 512 to 16M (e.g. 64K)"
+                ))
+            })?
             .to_string(),
         "stripe_width" => value
             .parse::<u32>()
@@ -91,7 +112,12 @@ fn check_policy(key: &str, value: &str) -> R<String> {
             .filter(|&n| n > 0)
             .ok_or_else(|| bad(format!("stripe_width '{value}' must be a positive number of servers")))?
             .to_string(),
-        _ => return Err(bad(format!("unknown policy key '{key}' (known: {})", POLICY_KEYS.join(", ")))),
+        _ => {
+            return Err(bad(format!(
+                "unknown policy key '{key}' (known: {})",
+                POLICY_KEYS.join(", ")
+            )))
+        }
     })
 }
 
@@ -119,7 +145,10 @@ struct Tx {
 impl Tx {
     fn get(&self, h: Handle) -> R<Inode> {
         let t = self.tx.open_table(INODES).map_err(db_err)?;
-        let v = t.get(h).map_err(db_err)?.ok_or((ErrorCode::NotFound, format!("no file with handle {h}")))?;
+        let v = t
+            .get(h)
+            .map_err(db_err)?
+            .ok_or((ErrorCode::NotFound, format!("no file with handle {h}")))?;
         postcard::from_bytes(v.value()).map_err(db_err)
     }
     fn put(&self, i: &Inode) -> R<()> {
@@ -193,7 +222,10 @@ impl Mds {
     fn open(cfg: &MdsConfig) -> io::Result<Mds> {
         std::fs::create_dir_all(&cfg.data_dir)?;
         let db = Database::create(cfg.data_dir.join("meta.redb")).map_err(io::Error::other)?;
-        let mds = Mds { db, iods: cfg.iods.clone() };
+        let mds = Mds {
+            db,
+            iods: cfg.iods.clone(),
+        };
         mds.write(|tx| {
             if tx.get(ROOT).is_err() {
                 let t = now();
@@ -225,7 +257,9 @@ impl Mds {
     }
 
     fn write(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
-        let tx = Tx { tx: self.db.begin_write().map_err(db_err)? };
+        let tx = Tx {
+            tx: self.db.begin_write().map_err(db_err)?,
+        };
         let r = f(&tx)?;
         tx.tx.commit().map_err(db_err)?;
         Ok(r)
@@ -240,10 +274,18 @@ impl Mds {
                 return Err((ErrorCode::Io, "no data servers are configured".into()));
             }
             let n = self.iods.len() as u32;
-            let unit = policy("stripe_unit").and_then(|v| parse_size(&v)).unwrap_or(DEFAULT_STRIPE_UNIT);
-            let width = policy("stripe_width").and_then(|v| v.parse::<u32>().ok()).unwrap_or(n).clamp(1, n);
+            let unit = policy("stripe_unit")
+                .and_then(|v| parse_size(&v))
+                .unwrap_or(DEFAULT_STRIPE_UNIT);
+            let width = policy("stripe_width")
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(n)
+                .clamp(1, n);
             let first = (tx.counter("next_server", 0)? % n as u64) as u32;
-            Some(Layout { stripe_unit: unit, servers: (0..width).map(|i| (first + i) % n).collect() })
+            Some(Layout {
+                stripe_unit: unit,
+                servers: (0..width).map(|i| (first + i) % n).collect(),
+            })
         } else {
             None
         };
@@ -276,7 +318,9 @@ impl Mds {
                 let h = match name.as_str() {
                     "." => parent,
                     ".." => tx.get(parent)?.parent,
-                    _ => tx.entry(parent, &name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?,
+                    _ => tx
+                        .entry(parent, &name)?
+                        .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?,
                 };
                 Ok(Response::Attr(tx.get(h)?.attr))
             }),
@@ -287,7 +331,12 @@ impl Mds {
                 tx.put(&i)?;
                 Ok(Response::Attr(i.attr))
             }),
-            Request::Create { parent, name, mode, exclusive } => self.write(|tx| {
+            Request::Create {
+                parent,
+                name,
+                mode,
+                exclusive,
+            } => self.write(|tx| {
                 check_name(&name)?;
                 let mut p = tx.dir(parent)?;
                 if let Some(h) = tx.entry(parent, &name)? {
@@ -332,9 +381,15 @@ impl Mds {
             }),
             Request::ReadLink { handle } => self.write(|tx| {
                 let i = tx.get(handle)?;
-                i.target.map(Response::Target).ok_or((ErrorCode::Invalid, format!("handle {handle} is not a symbolic link")))
+                i.target
+                    .map(Response::Target)
+                    .ok_or((ErrorCode::Invalid, format!("handle {handle} is not a symbolic link")))
             }),
-            Request::Link { handle, new_parent, new_name } => self.write(|tx| {
+            Request::Link {
+                handle,
+                new_parent,
+                new_name,
+            } => self.write(|tx| {
                 check_name(&new_name)?;
                 let mut p = tx.dir(new_parent)?;
                 let mut i = tx.get(handle)?;
@@ -354,7 +409,10 @@ impl Mds {
             Request::ReadDir { handle } => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let inodes = rtx.open_table(INODES).map_err(db_err)?;
-                let v = inodes.get(handle).map_err(db_err)?.ok_or((ErrorCode::NotFound, format!("no file with handle {handle}")))?;
+                let v = inodes
+                    .get(handle)
+                    .map_err(db_err)?
+                    .ok_or((ErrorCode::NotFound, format!("no file with handle {handle}")))?;
                 let dir: Inode = postcard::from_bytes(v.value()).map_err(db_err)?;
                 if dir.attr.kind != FileKind::Dir {
                     return Err((ErrorCode::NotDir, format!("handle {handle} is not a directory")));
@@ -368,13 +426,19 @@ impl Mds {
                         Some(b) => postcard::from_bytes::<Inode>(b.value()).map_err(db_err)?.attr.kind,
                         None => continue,
                     };
-                    out.push(DirEntry { name: k.value().1.to_string(), handle: h, kind });
+                    out.push(DirEntry {
+                        name: k.value().1.to_string(),
+                        handle: h,
+                        kind,
+                    });
                 }
                 Ok(Response::Entries(out))
             }
             Request::Unlink { parent, name } => self.write(|tx| {
                 let mut p = tx.dir(parent)?;
-                let h = tx.entry(parent, &name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+                let h = tx
+                    .entry(parent, &name)?
+                    .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
                 let i = tx.get(h)?;
                 if i.attr.kind == FileKind::Dir {
                     return Err((ErrorCode::IsDir, format!("'{name}' is a directory (use rmdir)")));
@@ -388,7 +452,9 @@ impl Mds {
             }),
             Request::Rmdir { parent, name } => self.write(|tx| {
                 let mut p = tx.dir(parent)?;
-                let h = tx.entry(parent, &name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+                let h = tx
+                    .entry(parent, &name)?
+                    .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
                 let i = tx.dir(h)?;
                 if !tx.is_empty_dir(h)? {
                     return Err((ErrorCode::NotEmpty, format!("directory '{name}' is not empty")));
@@ -398,11 +464,21 @@ impl Mds {
                 tx.touch_dir(&mut p, -1)?;
                 Ok(Response::Ok)
             }),
-            Request::Rename { parent, name, new_parent, new_name } => self.write(|tx| self.rename(tx, parent, &name, new_parent, &new_name)),
+            Request::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+            } => self.write(|tx| self.rename(tx, parent, &name, new_parent, &new_name)),
             Request::StatFs => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
-                Ok(Response::StatFs { blocks: 1 << 30, free: 1 << 29, files, block_size: 4096 })
+                Ok(Response::StatFs {
+                    blocks: 1 << 30,
+                    free: 1 << 29,
+                    files,
+                    block_size: 4096,
+                })
             }
             Request::SetPolicy { handle, key, value } => self.write(|tx| {
                 let value = check_policy(&key, &value)?;
@@ -429,9 +505,15 @@ impl Mds {
             Request::Stats => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
-                Ok(Response::Stats(ServerStats { role: format!("mds ({files} files)"), ..ServerStats::default() }))
+                Ok(Response::Stats(ServerStats {
+                    role: format!("mds ({files} files)"),
+                    ..ServerStats::default()
+                }))
             }
-            other => Err((ErrorCode::BadRequest, format!("the metadata server does not serve {other:?}"))),
+            other => Err((
+                ErrorCode::BadRequest,
+                format!("the metadata server does not serve {other:?}"),
+            )),
         }
     }
 
@@ -439,7 +521,9 @@ impl Mds {
         check_name(new_name)?;
         let mut src_dir = tx.dir(parent)?;
         tx.dir(new_parent)?;
-        let h = tx.entry(parent, name)?.ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+        let h = tx
+            .entry(parent, name)?
+            .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
         let mut src = tx.get(h)?;
         let is_dir = src.attr.kind == FileKind::Dir;
         if is_dir {
@@ -512,7 +596,10 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
     }
     if let Some(size) = set.size {
         if i.attr.kind != FileKind::File {
-            return Err((ErrorCode::IsDir, format!("handle {} is not a regular file", i.attr.handle)));
+            return Err((
+                ErrorCode::IsDir,
+                format!("handle {} is not a regular file", i.attr.handle),
+            ));
         }
         if size != i.attr.size {
             i.attr.size = size;

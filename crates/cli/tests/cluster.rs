@@ -1,0 +1,289 @@
+//! A whole cluster started with `parcache up`, used through the client
+//! library and the command line, as a user would.
+
+use parcache_client::Fs;
+use parcache_proto::Secret;
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn parcache(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args(args)
+        .env("PARCACHE_LOG", "warn")
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+struct Cluster {
+    dir: PathBuf,
+}
+
+impl Cluster {
+    fn up(name: &str, iods: u32) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("parcache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = Cluster { dir };
+        c.start(iods);
+        c
+    }
+    fn start(&self, iods: u32) {
+        let (ok, _, err) = parcache(&["up", "--data", self.d(), "--iods", &iods.to_string()]);
+        assert!(ok, "parcache up: {err}");
+    }
+    fn d(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+    fn info(&self) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(self.dir.join("cluster.json")).unwrap()).unwrap()
+    }
+    async fn fs(&self) -> Fs {
+        let secret = Secret::load(&self.dir.join("secret")).unwrap();
+        Fs::connect(self.info()["mds"].as_str().unwrap(), &secret)
+            .await
+            .unwrap()
+    }
+    fn pids(&self) -> Vec<u32> {
+        self.info()["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap() as u32)
+            .collect()
+    }
+    fn kill9(&self, pid: u32) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        // Wait until it is gone (or a zombie of an exited parent).
+        for _ in 0..200 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let (ok, _, _) = parcache(&["down", "--data", self.d()]);
+        if !ok {
+            for p in self.pids() {
+                self.kill9(p);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Files of 0 B to 256 MiB, aligned and unaligned, written in random pieces
+/// in random order and read back at random offsets, against a model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_written_and_read_at_random_offsets_match_the_model() {
+    let c = Cluster::up("integrity", 4);
+    let fs = c.fs().await;
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
+    for (i, &size) in [0usize, 1, 4095, 65536, 65537, (1 << 20) + 7, 10 << 20]
+        .iter()
+        .enumerate()
+    {
+        let path = format!("/f{i}");
+        let a = fs.create(&path, 0o644, true).await.unwrap();
+        let model: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
+        // Cut the file into random pieces and write them in random order.
+        let mut cuts = vec![0, size];
+        for _ in 0..(size / 50_000).clamp(1, 40) {
+            cuts.push(rng.gen_range(0..=size));
+        }
+        cuts.sort();
+        let mut pieces: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).filter(|p| p.0 < p.1).collect();
+        for k in (1..pieces.len()).rev() {
+            pieces.swap(k, rng.gen_range(0..=k));
+        }
+        for (s, e) in pieces {
+            fs.write_at(&a, s as u64, &model[s..e]).await.unwrap();
+        }
+        let a = fs.resolve(&path).await.unwrap();
+        assert_eq!(a.size, size as u64, "{path}");
+        assert_eq!(
+            fs.read_at(&a, 0, size as u64 + 10).await.unwrap(),
+            model,
+            "{path} whole"
+        );
+        for _ in 0..20 {
+            let off = rng.gen_range(0..=size);
+            let len = rng.gen_range(0..=(size - off).min(300_000) + 5);
+            let got = fs.read_at(&a, off as u64, len as u64).await.unwrap();
+            assert_eq!(&got[..], &model[off..(off + len).min(size)], "{path} at {off}+{len}");
+        }
+    }
+    // 256 MiB, sequentially in 8 MiB requests, then random reads.
+    let big = fs.create("/big", 0o644, true).await.unwrap();
+    let piece: Vec<u8> = (0..8 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    for k in 0..32u64 {
+        let mut p = piece.clone();
+        p[0] = k as u8;
+        fs.write_at(&big, k << 23, &p).await.unwrap();
+    }
+    let big = fs.resolve("/big").await.unwrap();
+    assert_eq!(big.size, 256 << 20);
+    for _ in 0..20 {
+        let off = rng.gen_range(0..256u64 << 20);
+        let got = fs.read_at(&big, off, 1000).await.unwrap();
+        for (j, b) in got.iter().enumerate() {
+            let pos = off + j as u64;
+            let within = (pos % (8 << 20)) as usize;
+            let want = if within == 0 { (pos >> 23) as u8 } else { piece[within] };
+            assert_eq!(*b, want, "/big at {pos}");
+        }
+    }
+    // Overwrites and truncation.
+    let f = fs.resolve("/f5").await.unwrap();
+    fs.write_at(&f, 100, b"overwritten").await.unwrap();
+    let f = fs.truncate(&f, 105).await.unwrap();
+    let got = fs.read_at(&f, 95, 100).await.unwrap();
+    assert_eq!(got.len(), 10);
+    assert_eq!(&got[5..], b"overw");
+    let f = fs.truncate(&f, 70_000).await.unwrap();
+    let got = fs.read_at(&f, 105, 70_000).await.unwrap();
+    assert!(got.iter().all(|&b| b == 0), "a file extended by truncate reads zeros");
+}
+
+/// `parcache cp` in and out, byte-identical; the command line's errors name the path.
+#[test]
+fn cp_round_trips_and_errors_name_the_path() {
+    let c = Cluster::up("cp", 3);
+    let src = c.dir.join("in.bin");
+    let data: Vec<u8> = (0..(5 << 20) + 123).map(|i: u32| (i % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let (ok, _, err) = parcache(&["mkdir", "--data", c.d(), "pc:/dir"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/dir/"]);
+    assert!(ok, "{err}");
+    let out = c.dir.join("out.bin");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/dir/in.bin", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&out).unwrap() == data);
+    let (ok, stdout, _) = parcache(&["ls", "--data", c.d(), "pc:/dir"]);
+    assert!(
+        ok && stdout.contains("in.bin") && stdout.contains(&data.len().to_string()),
+        "{stdout}"
+    );
+    let (ok, _, err) = parcache(&["cat", "--data", c.d(), "pc:/dir/missing"]);
+    assert!(!ok && err.contains("missing") && err.contains("not found"), "{err}");
+    let (ok, _, err) = parcache(&["rm", "--data", c.d(), "pc:/dir"]);
+    assert!(!ok && err.contains("not empty"), "{err}");
+    let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/dir", "write=write-fool"]);
+    assert!(!ok && err.contains("write-fool"), "{err}");
+    let (ok, stdout, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        c.d(),
+        "pc:/dir",
+        "write=write-full",
+        "stripe_unit=128K",
+    ]);
+    assert!(ok && stdout.contains("stripe_unit=131072"), "{err}");
+    let (ok, stdout, _) = parcache(&["stat", "--data", c.d(), "pc:/dir/in.bin"]);
+    assert!(ok && stdout.contains("stripe unit 65536"), "{stdout}");
+    // A file created in the directory now inherits its stripe unit.
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/dir/second"]);
+    assert!(ok, "{err}");
+    let (_, stdout, _) = parcache(&["stat", "--data", c.d(), "pc:/dir/second"]);
+    assert!(stdout.contains("stripe unit 131072"), "{stdout}");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/dir/in.bin", "pc:/copy"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = parcache(&["up", "--data", c.d()]);
+    assert!(!ok && err.contains("already running"), "{err}");
+}
+
+/// A data server that is down: the client names it after a bounded number of tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_down_is_named() {
+    let c = Cluster::up("down", 2);
+    let mut fs = c.fs().await;
+    fs.set_retries(2);
+    let a = fs.create("/x", 0o644, true).await.unwrap();
+    fs.write_at(&a, 0, &vec![7u8; 200_000]).await.unwrap();
+    let a = fs.resolve("/x").await.unwrap();
+    let iod0 = c.info()["iods"][0].as_str().unwrap().to_string();
+    c.kill9(c.pids()[0]);
+    let e = fs.read_at(&a, 0, 200_000).await.unwrap_err().to_string();
+    assert!(e.contains(&iod0) && e.contains("2 tries"), "{e}");
+}
+
+/// kill -9 a data server, then the metadata server (then the rest), in the
+/// middle of a workload, at random moments; restart with `parcache up`;
+/// every write acknowledged before the crash is there, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9_of_the_servers() {
+    let c = Cluster::up("crash", 3);
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(11);
+    let mut acked: Vec<(String, u64, Vec<u8>)> = vec![];
+    let rounds = 50;
+    for round in 0..rounds {
+        let mut fs = c.fs().await;
+        fs.set_retries(1);
+        // Everything acknowledged so far is intact.
+        for (path, off, data) in &acked {
+            let a = fs
+                .resolve(path)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {path}: {e}"));
+            let got = fs.read_at(&a, *off, data.len() as u64).await.unwrap();
+            assert!(
+                got == *data,
+                "round {round}: acknowledged write to {path} at {off} lost"
+            );
+        }
+        let path = format!("/r{round}");
+        let fs = std::sync::Arc::new(fs);
+        let writer = {
+            let (fs, path) = (fs.clone(), path.clone());
+            let seed = rng.gen::<u64>();
+            tokio::spawn(async move {
+                let mut r = rand_pcg::Pcg64::seed_from_u64(seed);
+                let mut done = vec![];
+                let Ok(a) = fs.create(&path, 0o644, true).await else {
+                    return done;
+                };
+                for k in 0..10_000u64 {
+                    let len = r.gen_range(1..200_000usize);
+                    let data: Vec<u8> = (0..len).map(|_| r.gen()).collect();
+                    let off = k * 200_000;
+                    if fs.write_at(&a, off, &data).await.is_err() {
+                        break;
+                    }
+                    done.push((path.clone(), off, data));
+                }
+                done
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(10..120))).await;
+        let pids = c.pids();
+        let (iods, mds) = (&pids[..pids.len() - 1], pids[pids.len() - 1]);
+        c.kill9(iods[rng.gen_range(0..iods.len())]);
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..20))).await;
+        c.kill9(mds);
+        for &p in iods {
+            c.kill9(p);
+        }
+        acked.extend(writer.await.unwrap());
+        c.start(3);
+    }
+    assert!(acked.len() > rounds, "only {} writes acknowledged", acked.len());
+    eprintln!(
+        "{rounds} kill points; {} acknowledged writes, all intact after restarts",
+        acked.len()
+    );
+    let _ = Path::new(&c.dir);
+}
