@@ -99,7 +99,7 @@ fn check_policy(key: &str, value: &str) -> R<String> {
             .map_err(|e| bad(e.to_string()))?
             .to_string(),
         "stripe_unit" => parse_size(value)
-            .filter(|&n| n >= 512 && n <= 16 << 20)
+            .filter(|n| (512..=16 << 20).contains(n))
             .ok_or_else(|| {
                 bad(format!(
                     "stripe_unit '{value}' must be a size from 512 to 16M (e.g. 64K)"
