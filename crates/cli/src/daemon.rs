@@ -10,21 +10,57 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-#[derive(Args)]
+/// Settings of `parcache iod`, from `--config FILE.toml` and flags (flags win).
+#[derive(Args, serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct IodArgs {
+    /// TOML file with any of the settings below (keys as the flags, with _).
+    #[arg(long, value_name = "FILE.toml")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
     /// Directory for this server's write log and stripes.
     #[arg(long, value_name = "DIR")]
-    data: PathBuf,
-    /// Address to listen on. Loopback by default; give a routable address
-    /// to serve other hosts.
-    #[arg(long, default_value = "127.0.0.1:7401")]
-    listen: SocketAddr,
-    /// File holding the cluster secret (see `parcache secret`). Default: DIR/secret.
+    data: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:7401]. Loopback unless you
+    /// give a routable address to serve other hosts.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// File holding the cluster secret (see `parcache secret`) [default: DIR/secret].
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
-    /// Checkpoint (sync the stripes, empty the log) when the log passes this size.
-    #[arg(long, default_value_t = 64, value_name = "MIB")]
-    checkpoint_mib: u64,
+    /// Checkpoint (sync the stripes, empty the log) when the log passes this size [default: 64].
+    #[arg(long, value_name = "MIB")]
+    checkpoint_mib: Option<u64>,
+}
+
+/// Settings of `parcache mds`, from `--config FILE.toml` and flags (flags win).
+#[derive(Args, serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MdsArgs {
+    /// TOML file with any of the settings below (keys as the flags, with _).
+    #[arg(long, value_name = "FILE.toml")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Directory for the metadata store.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:7400]. Loopback unless told otherwise.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// File holding the cluster secret [default: DIR/secret].
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// A data server's address; one per data server, in server-id order.
+    #[arg(long = "iod", value_name = "ADDR")]
+    #[serde(default)]
+    iods: Vec<String>,
+}
+
+/// Reads a daemon's TOML config, naming the file and the bad key on error.
+fn config<T: serde::de::DeserializeOwned + Default>(path: &Option<PathBuf>) -> Result<T> {
+    let Some(p) = path else { return Ok(T::default()) };
+    let s = std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?;
+    toml::from_str(&s).with_context(|| format!("config {}", p.display()))
 }
 
 #[derive(Args)]
@@ -48,22 +84,6 @@ fn logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-#[derive(Args)]
-pub struct MdsArgs {
-    /// Directory for the metadata store.
-    #[arg(long, value_name = "DIR")]
-    data: PathBuf,
-    /// Address to listen on. Loopback by default.
-    #[arg(long, default_value = "127.0.0.1:7400")]
-    listen: SocketAddr,
-    /// File holding the cluster secret. Default: DIR/secret.
-    #[arg(long, value_name = "FILE")]
-    secret_file: Option<PathBuf>,
-    /// A data server's address; give one per data server, in server-id order.
-    #[arg(long = "iod", value_name = "ADDR", required = true)]
-    iods: Vec<String>,
 }
 
 fn run_daemon(
@@ -100,26 +120,49 @@ fn run_daemon(
 
 pub fn iod(a: IodArgs) -> Result<()> {
     logging();
-    let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
+    let f: IodArgs = config(&a.config)?;
+    let data = a
+        .data
+        .or(f.data)
+        .context("give the data directory with --data DIR (or data = \"DIR\" in --config)")?;
+    let listen = a
+        .listen
+        .or(f.listen)
+        .unwrap_or_else(|| "127.0.0.1:7401".parse().expect("valid"));
+    let secret_file = a.secret_file.or(f.secret_file).unwrap_or_else(|| data.join("secret"));
     let secret = Secret::load(&secret_file).with_context(|| "the data server needs the cluster secret")?;
+    let checkpoint = a.checkpoint_mib.or(f.checkpoint_mib).unwrap_or(64);
     let cfg = IodConfig {
-        data_dir: a.data.clone(),
-        listen: a.listen,
+        data_dir: data.clone(),
+        listen,
         secret,
-        checkpoint_bytes: a.checkpoint_mib << 20,
+        checkpoint_bytes: checkpoint << 20,
     };
-    run_daemon("data server", &a.data, iod::start(cfg))
+    run_daemon("data server", &data, iod::start(cfg))
 }
 
 pub fn mds(a: MdsArgs) -> Result<()> {
     logging();
-    let secret_file = a.secret_file.unwrap_or_else(|| a.data.join("secret"));
+    let f: MdsArgs = config(&a.config)?;
+    let data = a
+        .data
+        .or(f.data)
+        .context("give the metadata directory with --data DIR (or data = \"DIR\" in --config)")?;
+    let listen = a
+        .listen
+        .or(f.listen)
+        .unwrap_or_else(|| "127.0.0.1:7400".parse().expect("valid"));
+    let secret_file = a.secret_file.or(f.secret_file).unwrap_or_else(|| data.join("secret"));
     let secret = Secret::load(&secret_file).with_context(|| "the metadata server needs the cluster secret")?;
+    let iods = if a.iods.is_empty() { f.iods } else { a.iods };
+    if iods.is_empty() {
+        bail!("the metadata server needs its data servers: --iod ADDR, once per server (or iods = [...] in --config)");
+    }
     let cfg = MdsConfig {
-        data_dir: a.data.clone(),
-        listen: a.listen,
+        data_dir: data.clone(),
+        listen,
         secret,
-        iods: a.iods,
+        iods,
     };
-    run_daemon("metadata server", &a.data, mds::start(cfg))
+    run_daemon("metadata server", &data, mds::start(cfg))
 }

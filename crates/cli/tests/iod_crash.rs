@@ -166,3 +166,42 @@ async fn a_wrong_secret_is_refused_and_the_server_keeps_serving() {
     drop(iod);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_daemon_starts_from_a_toml_config_and_refuses_unknown_keys() {
+    let dir = temp_dir("iod-config");
+    Secret::generate().save(&dir.join("secret")).unwrap();
+    let cfg = dir.join("iod.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data = \"{}\"\nlisten = \"127.0.0.1:0\"\ncheckpoint_mib = 8\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args(["iod", "--config", cfg.to_str().unwrap()])
+        .env("PARCACHE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on 127.0.0.1:"), "{line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::write(&cfg, "data = \"/x\"\nlistn = \"127.0.0.1:1\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args(["iod", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("listn") && err.contains("iod.toml"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
