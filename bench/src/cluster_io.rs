@@ -1,0 +1,235 @@
+//! The data path against the machine's limits, measured in one run:
+//! sequential write and read of 1 GiB in 1 MiB requests and 4 KiB random
+//! reads through the client library against a 4-data-server cluster on
+//! loopback, beside the same operations on a local directory, the loopback
+//! TCP bandwidth and memcpy measured in the same run.
+//!
+//! Run: `cargo run --release -p parcache-bench --bin cluster-io [-- MIB]`
+//! (MIB: size of the sequential file, default 1024). The servers run in
+//! this process on their own tokio runtime, talking over real loopback
+//! sockets with the real protocol; the write log fsyncs as in production.
+
+use anyhow::Result;
+use parcache_client::Fs;
+use parcache_proto::Secret;
+use parcache_server::{iod, mds};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: usize = 1 << 20;
+
+fn rate(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / secs / 1e9
+}
+
+async fn loopback_tcp(total: u64) -> Result<f64> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    let sink = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut buf = vec![0u8; MIB];
+        let mut n = 0u64;
+        while n < total {
+            n += s.read(&mut buf).await.expect("read") as u64;
+        }
+        s.write_all(b"k").await.expect("ack");
+    });
+    let mut c = tokio::net::TcpStream::connect(addr).await?;
+    let buf = vec![7u8; MIB];
+    let t = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        c.write_all(&buf).await?;
+        sent += MIB as u64;
+    }
+    let mut ack = [0u8; 1];
+    c.read_exact(&mut ack).await?;
+    let secs = t.elapsed().as_secs_f64();
+    sink.await?;
+    Ok(rate(total, secs))
+}
+
+fn memcpy(total: u64) -> f64 {
+    let src = vec![3u8; MIB];
+    let mut dst = vec![0u8; MIB];
+    let t = Instant::now();
+    let mut n = 0;
+    while n < total {
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst);
+        n += MIB as u64;
+    }
+    rate(total, t.elapsed().as_secs_f64())
+}
+
+fn local_dir(dir: &std::path::Path, total: u64, random: usize) -> Result<(f64, f64, f64)> {
+    let p = dir.join("local.bin");
+    let buf: Vec<u8> = (0..MIB).map(|i| i as u8).collect();
+    let t = Instant::now();
+    let mut f = std::fs::File::create(&p)?;
+    let mut n = 0;
+    while n < total {
+        f.write_all(&buf)?;
+        n += MIB as u64;
+    }
+    f.sync_all()?;
+    let w = rate(total, t.elapsed().as_secs_f64());
+    let mut rbuf = vec![0u8; MIB];
+    f.seek(SeekFrom::Start(0))?;
+    let mut f = std::fs::File::open(&p)?;
+    let t = Instant::now();
+    let mut n = 0;
+    while n < total {
+        f.read_exact(&mut rbuf)?;
+        n += MIB as u64;
+    }
+    let r = rate(total, t.elapsed().as_secs_f64());
+    let mut small = [0u8; 4096];
+    let mut x = 12345u64;
+    let t = Instant::now();
+    for _ in 0..random {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let off = (x >> 20) % (total - 4096);
+        f.read_exact_at(&mut small, off)?;
+    }
+    let iops = random as f64 / t.elapsed().as_secs_f64();
+    std::fs::remove_file(&p)?;
+    Ok((w, r, iops))
+}
+
+fn main() -> Result<()> {
+    let mib: u64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(1024);
+    let total = mib * MIB as u64;
+    let random = 20_000;
+    let dir = std::env::temp_dir().join(format!("parcache-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let secret = Secret::generate();
+
+    // Servers on their own runtime, as separate daemons would be.
+    let servers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut iod_addrs = vec![];
+    for i in 0..4 {
+        let cfg = iod::IodConfig {
+            data_dir: dir.join(format!("iod-{i}")),
+            listen: "127.0.0.1:0".parse()?,
+            secret: secret.clone(),
+            checkpoint_bytes: 256 << 20,
+        };
+        let r = servers.block_on(iod::start(cfg))?;
+        iod_addrs.push(r.addr.to_string());
+        servers.spawn(r.served);
+    }
+    let m = servers.block_on(mds::start(mds::MdsConfig {
+        data_dir: dir.join("mds"),
+        listen: "127.0.0.1:0".parse()?,
+        secret: secret.clone(),
+        iods: iod_addrs,
+    }))?;
+    let mds_addr = m.addr.to_string();
+    servers.spawn(m.served);
+
+    let client = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let tcp = client.block_on(loopback_tcp(total))?;
+    let mem = memcpy(total);
+    let (lw, lr, liops) = local_dir(&dir, total, random)?;
+    let (cw, cw8, cr, cr8, ciops) = client.block_on(async {
+        let fs = Arc::new(Fs::connect(&mds_addr, &secret).await?);
+        let buf: Vec<u8> = (0..MIB).map(|i| (i * 7) as u8).collect();
+        // One request at a time.
+        let a = fs.create("/seq1", 0o644, true).await?;
+        let t = Instant::now();
+        for k in 0..mib {
+            fs.write_at(&a, k * MIB as u64, &buf).await?;
+        }
+        let cw = rate(total, t.elapsed().as_secs_f64());
+        // Eight 1 MiB requests in flight.
+        let a8 = fs.create("/seq8", 0o644, true).await?;
+        let t = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for lane in 0..8u64 {
+            let (fs, a8, buf) = (fs.clone(), a8.clone(), buf.clone());
+            tasks.spawn(async move {
+                let mut k = lane;
+                while k < mib {
+                    fs.write_at(&a8, k * MIB as u64, &buf).await?;
+                    k += 8;
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
+        }
+        let cw8 = rate(total, t.elapsed().as_secs_f64());
+        let a = fs.resolve("/seq1").await?;
+        let t = Instant::now();
+        for k in 0..mib {
+            let d = fs.read_at(&a, k * MIB as u64, MIB as u64).await?;
+            assert_eq!(d.len(), MIB);
+        }
+        let cr = rate(total, t.elapsed().as_secs_f64());
+        let a8 = fs.resolve("/seq8").await?;
+        let t = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for lane in 0..8u64 {
+            let (fs, a8) = (fs.clone(), a8.clone());
+            tasks.spawn(async move {
+                let mut k = lane;
+                while k < mib {
+                    fs.read_at(&a8, k * MIB as u64, MIB as u64).await?;
+                    k += 8;
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
+        }
+        let cr8 = rate(total, t.elapsed().as_secs_f64());
+        let mut x = 12345u64;
+        let t = Instant::now();
+        for _ in 0..random {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let off = (x >> 20) % (total - 4096);
+            fs.read_at(&a, off, 4096).await?;
+        }
+        let ciops = random as f64 / t.elapsed().as_secs_f64();
+        anyhow::Ok((cw, cw8, cr, cr8, ciops))
+    })?;
+    println!("file size {mib} MiB, 1 MiB requests; 4 data servers on loopback; {random} random 4 KiB reads");
+    println!("baselines, same run: loopback TCP {tcp:.2} GB/s, memcpy {mem:.2} GB/s");
+    println!("local directory:  write+fsync {lw:.2} GB/s, read {lr:.2} GB/s, random 4 KiB {liops:.0} reads/s");
+    println!("parcache, 1 in flight:  write {cw:.2} GB/s, read {cr:.2} GB/s, random 4 KiB {ciops:.0} reads/s");
+    println!("parcache, 8 in flight:  write {cw8:.2} GB/s, read {cr8:.2} GB/s");
+    println!(
+        "ratio write / loopback TCP:  {:.2} (1 in flight)  {:.2} (8 in flight)   target 0.60",
+        cw / tcp,
+        cw8 / tcp
+    );
+    println!(
+        "ratio read / loopback TCP:   {:.2} (1 in flight)  {:.2} (8 in flight)   target 0.60",
+        cr / tcp,
+        cr8 / tcp
+    );
+    println!(
+        "ratio write / local dir:     {:.2}   read / local dir: {:.2}   random reads / local dir: {:.3}",
+        cw / lw,
+        cr / lr,
+        ciops / liops
+    );
+    println!("cache-hit reads / memcpy:    n/a (the node cache is not built yet)");
+    drop(client);
+    let _ = servers.block_on(async { m.stop.send(true) });
+    drop(servers);
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
