@@ -118,19 +118,38 @@ fn run_daemon(
     })
 }
 
+/// The settings every daemon has, each from its flag, else the config
+/// file, else the default: data directory, listen address, cluster secret.
+fn common(
+    what: &str,
+    data: (Option<PathBuf>, Option<PathBuf>),
+    listen: (Option<SocketAddr>, Option<SocketAddr>),
+    secret_file: (Option<PathBuf>, Option<PathBuf>),
+    default_listen: &str,
+) -> Result<(PathBuf, SocketAddr, Secret)> {
+    let data = data
+        .0
+        .or(data.1)
+        .with_context(|| format!("the {what} needs its directory: --data DIR (or data = \"DIR\" in --config)"))?;
+    let listen = listen
+        .0
+        .or(listen.1)
+        .unwrap_or_else(|| default_listen.parse().expect("valid default"));
+    let secret_file = secret_file.0.or(secret_file.1).unwrap_or_else(|| data.join("secret"));
+    let secret = Secret::load(&secret_file).with_context(|| format!("the {what} needs the cluster secret"))?;
+    Ok((data, listen, secret))
+}
+
 pub fn iod(a: IodArgs) -> Result<()> {
     logging();
     let f: IodArgs = config(&a.config)?;
-    let data = a
-        .data
-        .or(f.data)
-        .context("give the data directory with --data DIR (or data = \"DIR\" in --config)")?;
-    let listen = a
-        .listen
-        .or(f.listen)
-        .unwrap_or_else(|| "127.0.0.1:7401".parse().expect("valid"));
-    let secret_file = a.secret_file.or(f.secret_file).unwrap_or_else(|| data.join("secret"));
-    let secret = Secret::load(&secret_file).with_context(|| "the data server needs the cluster secret")?;
+    let (data, listen, secret) = common(
+        "data server",
+        (a.data, f.data),
+        (a.listen, f.listen),
+        (a.secret_file, f.secret_file),
+        "127.0.0.1:7401",
+    )?;
     let checkpoint = a.checkpoint_mib.or(f.checkpoint_mib).unwrap_or(64);
     let cfg = IodConfig {
         data_dir: data.clone(),
@@ -144,16 +163,13 @@ pub fn iod(a: IodArgs) -> Result<()> {
 pub fn mds(a: MdsArgs) -> Result<()> {
     logging();
     let f: MdsArgs = config(&a.config)?;
-    let data = a
-        .data
-        .or(f.data)
-        .context("give the metadata directory with --data DIR (or data = \"DIR\" in --config)")?;
-    let listen = a
-        .listen
-        .or(f.listen)
-        .unwrap_or_else(|| "127.0.0.1:7400".parse().expect("valid"));
-    let secret_file = a.secret_file.or(f.secret_file).unwrap_or_else(|| data.join("secret"));
-    let secret = Secret::load(&secret_file).with_context(|| "the metadata server needs the cluster secret")?;
+    let (data, listen, secret) = common(
+        "metadata server",
+        (a.data, f.data),
+        (a.listen, f.listen),
+        (a.secret_file, f.secret_file),
+        "127.0.0.1:7400",
+    )?;
     let iods = if a.iods.is_empty() { f.iods } else { a.iods };
     if iods.is_empty() {
         bail!("the metadata server needs its data servers: --iod ADDR, once per server (or iods = [...] in --config)");
