@@ -527,6 +527,65 @@ impl Cache {
         self.resume_on(b);
     }
 
+    /// The fetch named by `token` failed below. The buffer keeps the bytes
+    /// it held; a buffer that held nothing is freed. Waiters are resumed and
+    /// learn of the failure from the driver, which reported it.
+    pub fn fetch_failed(&mut self, now: Time, token: IoToken) {
+        self.now = now;
+        let Some(InFlight::Buffer(b)) = self.inflight.remove(&token.0) else {
+            debug_assert!(false, "unknown fetch token {token:?}");
+            return;
+        };
+        let buf = &mut self.bufs[b.index()];
+        buf.io = Io::Idle;
+        buf.prefetched = false;
+        if buf.held {
+            buf.held = false;
+            buf.pins -= 1;
+        }
+        self.stats.fetch_failures += 1;
+        self.resume_on(b);
+        let buf = &self.bufs[b.index()];
+        if buf.idle() && buf.dirty.is_empty() && buf.valid.is_empty() {
+            self.evict(b);
+            self.free.push(b);
+        }
+        self.resume_any();
+    }
+
+    /// Forgets every block of `file` at or after block `from` (the file was
+    /// removed or cut): dirty bytes are dropped, not written. Buffers in use
+    /// are left alone; returns how many were, so the driver can retry once
+    /// their accesses and I/O are over.
+    pub fn discard_file(&mut self, now: Time, file: FileId, from: u64) -> usize {
+        self.now = now;
+        let mut busy = 0;
+        for i in 0..self.bufs.len() {
+            let b = BufId(i as u32);
+            let buf = &mut self.bufs[i];
+            if !buf.key.is_some_and(|k| k.file == file && k.index >= from) {
+                continue;
+            }
+            if !buf.idle() {
+                busy += 1;
+                continue;
+            }
+            if !buf.dirty.is_empty() {
+                buf.dirty.clear();
+                self.dirty -= 1;
+                self.stats.discarded += 1;
+            }
+            self.evict(b);
+            self.free.push(b);
+        }
+        self.prefetch_queue.retain(|k| k.file != file || k.index < from);
+        self.prefetch_queued.retain(|k| k.file != file || k.index < from);
+        if busy < self.bufs.len() {
+            self.resume_any();
+        }
+        busy
+    }
+
     /// A file of `blocks` blocks was opened (prefetch policies start here).
     pub fn open(&mut self, now: Time, file: FileId, blocks: u64) {
         self.now = now;

@@ -44,6 +44,12 @@ pub struct CacheStats {
     /// Times an access had to wait for a buffer to become free.
     pub stalls: u64,
     pub evictions: u64,
+    /// Fetches that failed below (the driver reported the error).
+    #[serde(default)]
+    pub fetch_failures: u64,
+    /// Dirty blocks dropped unwritten because their file was removed or cut.
+    #[serde(default)]
+    pub discarded: u64,
 }
 
 impl CacheStats {

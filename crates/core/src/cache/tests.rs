@@ -737,3 +737,73 @@ proptest! {
         m.finish()?;
     }
 }
+
+/// A failed demand fetch frees the empty buffer it was filling and resumes
+/// its waiter, who can start over; the next fetch of the block works.
+#[test]
+fn a_failed_fetch_frees_its_buffer_and_resumes_the_waiter() {
+    let mut c = cache(1, ReplacementKind::Lru, W::WriteBack);
+    assert_eq!(c.begin(Time(1), 0, k(0), Access::Read(r(0, 10))).unwrap(), Begin::Blocked);
+    let es = effects(&mut c);
+    let Some(Effect::Fetch { token, .. }) = es.first().cloned() else {
+        panic!("expected a fetch, got {es:?}")
+    };
+    c.fetch_failed(Time(2), token);
+    assert!(effects(&mut c).contains(&Effect::Resume { proc: 0 }));
+    assert!(!c.contains(k(0)));
+    assert_eq!(c.stats().fetch_failures, 1);
+    // The only buffer is usable again, for another block.
+    assert_eq!(c.begin(Time(3), 0, k(5), Access::Write(r(0, 4))).unwrap(), Begin::Ready(BufId(0)));
+}
+
+/// A failed fetch into a buffer that holds dirty bytes keeps them.
+#[test]
+fn a_failed_fetch_keeps_dirty_bytes() {
+    let mut c = cache(2, ReplacementKind::Lru, W::WriteBack);
+    write(&mut c, 1, 0, 0, r(0, 10));
+    assert_eq!(c.begin(Time(2), 0, k(0), Access::Read(r(0, 100))).unwrap(), Begin::Blocked);
+    let Some(Effect::Fetch { token, keep, .. }) = effects(&mut c).first().cloned() else {
+        panic!("expected a fetch")
+    };
+    assert!(keep.covers(r(0, 10)));
+    c.fetch_failed(Time(3), token);
+    assert!(c.contains(k(0)));
+    assert_eq!(c.dirty_buffers(), 1);
+    c.flush(Time(4));
+    assert_eq!(written_blocks(&effects(&mut c)), vec![0]);
+}
+
+/// Discarding a removed file drops its dirty blocks unwritten and frees
+/// their buffers; blocks before `from` and other files stay.
+#[test]
+fn discard_file_drops_dirty_blocks_from_a_block_on() {
+    let mut c = cache(4, ReplacementKind::Lru, W::WriteBack);
+    write(&mut c, 1, 0, 0, r(0, 10));
+    write(&mut c, 2, 0, 1, r(0, 10));
+    write(&mut c, 3, 0, 2, r(0, 10));
+    match c.begin(Time(4), 0, BlockKey::new(2, 0), Access::Write(r(0, 1))).unwrap() {
+        Begin::Ready(b) => c.end(Time(4), 0, b, Access::Write(r(0, 1))).unwrap(),
+        Begin::Blocked => panic!("blocked"),
+    }
+    assert_eq!(c.discard_file(Time(5), 1, 1), 0);
+    assert!(c.contains(k(0)) && !c.contains(k(1)) && !c.contains(k(2)));
+    assert_eq!(c.stats().discarded, 2);
+    assert_eq!(c.dirty_buffers(), 2);
+    c.flush(Time(6));
+    let mut w = written_blocks(&effects(&mut c));
+    w.sort();
+    assert_eq!(w, vec![0, 0], "file 1 block 0 and file 2 block 0");
+}
+
+/// A buffer being written down is not discarded; the caller learns so.
+#[test]
+fn discard_file_leaves_busy_buffers() {
+    let mut c = cache(2, ReplacementKind::Lru, W::WriteThrough);
+    write(&mut c, 1, 0, 0, r(0, 10));
+    let es = effects(&mut c);
+    assert_eq!(written_blocks(&es), vec![0]);
+    assert_eq!(c.discard_file(Time(2), 1, 0), 1);
+    complete_writes(&mut c, 3, &es);
+    assert_eq!(c.discard_file(Time(4), 1, 0), 0);
+    assert!(!c.contains(k(0)));
+}
