@@ -743,7 +743,10 @@ proptest! {
 #[test]
 fn a_failed_fetch_frees_its_buffer_and_resumes_the_waiter() {
     let mut c = cache(1, ReplacementKind::Lru, W::WriteBack);
-    assert_eq!(c.begin(Time(1), 0, k(0), Access::Read(r(0, 10))).unwrap(), Begin::Blocked);
+    assert_eq!(
+        c.begin(Time(1), 0, k(0), Access::Read(r(0, 10))).unwrap(),
+        Begin::Blocked
+    );
     let es = effects(&mut c);
     let Some(Effect::Fetch { token, .. }) = es.first().cloned() else {
         panic!("expected a fetch, got {es:?}")
@@ -753,7 +756,10 @@ fn a_failed_fetch_frees_its_buffer_and_resumes_the_waiter() {
     assert!(!c.contains(k(0)));
     assert_eq!(c.stats().fetch_failures, 1);
     // The only buffer is usable again, for another block.
-    assert_eq!(c.begin(Time(3), 0, k(5), Access::Write(r(0, 4))).unwrap(), Begin::Ready(BufId(0)));
+    assert_eq!(
+        c.begin(Time(3), 0, k(5), Access::Write(r(0, 4))).unwrap(),
+        Begin::Ready(BufId(0))
+    );
 }
 
 /// A failed fetch into a buffer that holds dirty bytes keeps them.
@@ -761,7 +767,10 @@ fn a_failed_fetch_frees_its_buffer_and_resumes_the_waiter() {
 fn a_failed_fetch_keeps_dirty_bytes() {
     let mut c = cache(2, ReplacementKind::Lru, W::WriteBack);
     write(&mut c, 1, 0, 0, r(0, 10));
-    assert_eq!(c.begin(Time(2), 0, k(0), Access::Read(r(0, 100))).unwrap(), Begin::Blocked);
+    assert_eq!(
+        c.begin(Time(2), 0, k(0), Access::Read(r(0, 100))).unwrap(),
+        Begin::Blocked
+    );
     let Some(Effect::Fetch { token, keep, .. }) = effects(&mut c).first().cloned() else {
         panic!("expected a fetch")
     };
@@ -781,7 +790,10 @@ fn discard_file_drops_dirty_blocks_from_a_block_on() {
     write(&mut c, 1, 0, 0, r(0, 10));
     write(&mut c, 2, 0, 1, r(0, 10));
     write(&mut c, 3, 0, 2, r(0, 10));
-    match c.begin(Time(4), 0, BlockKey::new(2, 0), Access::Write(r(0, 1))).unwrap() {
+    match c
+        .begin(Time(4), 0, BlockKey::new(2, 0), Access::Write(r(0, 1)))
+        .unwrap()
+    {
         Begin::Ready(b) => c.end(Time(4), 0, b, Access::Write(r(0, 1))).unwrap(),
         Begin::Blocked => panic!("blocked"),
     }

@@ -1,0 +1,34 @@
+//! The level below a cache, as the driver sees it.
+
+use bytes::Bytes;
+use parcache_core::BlockKey;
+use std::future::Future;
+use thiserror::Error;
+
+/// Why the level below could not do what was asked, with the POSIX errno a
+/// program should see.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("{message}")]
+pub struct BelowError {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl BelowError {
+    pub fn io(message: impl Into<String>) -> Self {
+        BelowError {
+            errno: 5,
+            message: message.into(),
+        }
+    }
+}
+
+/// Where a cache's blocks come from and go to.
+pub trait Below: Send + Sync + 'static {
+    /// Writes the given pieces of block `key` (offset within the block,
+    /// bytes) and returns once the level below holds them as durably as it
+    /// promises.
+    fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> impl Future<Output = Result<(), BelowError>> + Send;
+    /// Reads block `key`. An answer shorter than a block means zeros after it.
+    fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send;
+}

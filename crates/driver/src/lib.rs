@@ -1,0 +1,497 @@
+//! parcache-driver: runs the core's sans-IO [`Cache`] against real I/O with
+//! tokio (DESIGN.md §1, "the real driver"). The node client drives its local
+//! cache with it and each data server its read and write cache; the level
+//! below is whatever implements [`Below`] (the data servers, or a block
+//! store on disk).
+//!
+//! The driver owns the buffers' bytes, a clock (nanoseconds since it was
+//! built) and a timer task. Callers read and write byte ranges of files; the
+//! driver splits them into block accesses that run concurrently, each on a
+//! *lane* (the core's process id): at most `lanes` block accesses are in
+//! progress at once, which also bounds what `toss-immediately` must keep.
+
+mod below;
+mod join;
+
+pub use below::{Below, BelowError};
+pub use join::join_all;
+
+use bytes::Bytes;
+use parcache_core::{
+    split_blocks, Access, AccessError, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect,
+    FileId, PolicyError, ReplacementKind, Time, WritePolicyKind,
+};
+use std::collections::HashMap;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use thiserror::Error;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+
+/// Prefetches in flight at once, per cache: demand fetches always go first
+/// (DESIGN.md §3), so a few are enough to keep a sequential reader ahead.
+const PREFETCH_DEPTH: usize = 4;
+
+#[derive(Debug, Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Below(#[from] BelowError),
+    #[error(transparent)]
+    Access(#[from] AccessError),
+}
+
+struct State {
+    cache: Cache,
+    /// Each buffer's bytes, allocated on first use.
+    mem: Vec<Option<Box<[u8]>>>,
+    /// Blocks whose last fetch failed, with why (told to its waiters).
+    failed_fetch: HashMap<BlockKey, BelowError>,
+    /// Files whose dirty data failed to go down, with why (told to the next
+    /// flush of the file, as a kernel reports a write-back error at fsync).
+    file_errors: HashMap<FileId, BelowError>,
+    prefetching: usize,
+    timer_at: Option<Time>,
+}
+
+impl State {
+    fn mem(&mut self, b: BufId, block_size: u32) -> &mut [u8] {
+        self.mem[b.index()].get_or_insert_with(|| vec![0u8; block_size as usize].into_boxed_slice())
+    }
+}
+
+struct Shared<B> {
+    state: Mutex<State>,
+    below: B,
+    block_size: u32,
+    epoch: Instant,
+    lanes: Vec<Notify>,
+    lane_permits: Semaphore,
+    free_lanes: Mutex<Vec<u32>>,
+    /// Signalled after every completed write (flushes wait on it).
+    io_done: Notify,
+    /// Signalled when the cache's next timeout moved.
+    timer: Notify,
+    closed: AtomicBool,
+}
+
+/// A cache with its driver. Dropping it stops the timer task; dirty data
+/// still in it is lost, so owners call [`Driver::flush_all`] first.
+pub struct Driver<B: Below> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Below> Drop for Driver<B> {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.timer.notify_one();
+    }
+}
+
+struct Lane<'a, B> {
+    id: u32,
+    shared: &'a Shared<B>,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl<B> Drop for Lane<'_, B> {
+    fn drop(&mut self) {
+        self.shared.free_lanes.lock().expect("not poisoned").push(self.id);
+    }
+}
+
+impl<B: Below> Driver<B> {
+    /// Builds the cache and starts its timer task (needs a tokio runtime).
+    /// `lanes` bounds the block accesses in progress at once.
+    pub fn new(cfg: CacheConfig, lanes: usize, below: B) -> Result<Self, PolicyError> {
+        // toss-immediately keeps every lane's most recently used block, even
+        // a lane that is idle now: half the buffers stay free for the rest.
+        let most = match cfg.replacement {
+            ReplacementKind::TossImmediately => cfg.buffers / 2,
+            _ => cfg.buffers,
+        };
+        let lanes = lanes.clamp(1, most.max(1));
+        let n = cfg.buffers;
+        let block_size = cfg.block_size;
+        let cache = Cache::new(cfg)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                cache,
+                mem: (0..n).map(|_| None).collect(),
+                failed_fetch: HashMap::new(),
+                file_errors: HashMap::new(),
+                prefetching: 0,
+                timer_at: None,
+            }),
+            below,
+            block_size,
+            epoch: Instant::now(),
+            lanes: (0..lanes).map(|_| Notify::new()).collect(),
+            lane_permits: Semaphore::new(lanes),
+            free_lanes: Mutex::new((0..lanes as u32).rev().collect()),
+            io_done: Notify::new(),
+            timer: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(timer_task(shared.clone()));
+        Ok(Driver { shared })
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.shared.block_size
+    }
+
+    /// The level below.
+    pub fn below(&self) -> &B {
+        &self.shared.below
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.shared.lock().cache.stats().clone()
+    }
+
+    pub fn config(&self) -> CacheConfig {
+        self.shared.lock().cache.config().clone()
+    }
+
+    /// Buffers holding bytes not yet written down.
+    pub fn dirty_buffers(&self) -> usize {
+        self.shared.lock().cache.dirty_buffers()
+    }
+
+    /// Changes the write policy while the cache runs (dirty data stays).
+    pub fn set_write_policy(&self, kind: WritePolicyKind) {
+        let sh = &self.shared;
+        let mut st = sh.lock();
+        st.cache.set_write_policy(kind);
+        Shared::drive(&self.shared, &mut st);
+    }
+
+    /// A file of `size` bytes was opened: prefetch policies start here.
+    pub fn open(&self, file: FileId, size: u64) {
+        let sh = &self.shared;
+        let mut st = sh.lock();
+        let now = sh.now();
+        st.cache.open(now, file, size.div_ceil(sh.block_size as u64));
+        Shared::drive(&self.shared, &mut st);
+    }
+
+    pub fn close(&self, file: FileId) {
+        let sh = &self.shared;
+        let mut st = sh.lock();
+        let now = sh.now();
+        st.cache.close(now, file);
+    }
+
+    /// Writes `data` at byte `offset` of `file` into the cache; the write
+    /// policy decides when it goes down. Under `write-through` this returns
+    /// only when it is down (and reports a failure to put it there).
+    pub async fn write(&self, file: FileId, offset: u64, data: &[u8]) -> Result<(), DriverError> {
+        let bs = self.shared.block_size;
+        let accesses = split_blocks(offset, data.len() as u64, bs).map(|p| {
+            let src = &data[p.request_offset as usize..][..p.range.len() as usize];
+            self.access(BlockKey::new(file, p.index), Access::Write(p.range), move |m| {
+                m.copy_from_slice(src)
+            })
+        });
+        for r in join_all(accesses).await {
+            r?;
+        }
+        let through = matches!(self.shared.lock().cache.config().write, WritePolicyKind::WriteThrough);
+        if through {
+            self.flush_file(file).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads `out.len()` bytes at `offset` of `file` (bytes never written
+    /// read as the level below has them: zeros past its end).
+    pub async fn read(&self, file: FileId, offset: u64, out: &mut [u8]) -> Result<(), DriverError> {
+        let bs = self.shared.block_size;
+        let mut rest = out;
+        let mut accesses = Vec::new();
+        for p in split_blocks(offset, rest.len() as u64, bs) {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.range.len() as usize);
+            rest = tail;
+            accesses.push(
+                self.access(BlockKey::new(file, p.index), Access::Read(p.range), move |m| {
+                    mine.copy_from_slice(m)
+                }),
+            );
+        }
+        for r in join_all(accesses).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// One block access on a lane: begin, wait while blocked, copy, end.
+    async fn access(&self, key: BlockKey, access: Access, copy: impl FnOnce(&mut [u8])) -> Result<(), DriverError> {
+        let sh = &*self.shared;
+        let _permit = sh.lane_permits.acquire().await.expect("never closed");
+        let id = sh
+            .free_lanes
+            .lock()
+            .expect("not poisoned")
+            .pop()
+            .expect("a permit means a free lane");
+        let lane = Lane {
+            id,
+            shared: sh,
+            _permit,
+        };
+        let r: ByteRange = access.range();
+        let mut copy = Some(copy);
+        let mut waited = false;
+        loop {
+            {
+                let mut st = sh.lock();
+                if waited {
+                    if let Some(e) = st.failed_fetch.get(&key) {
+                        return Err(e.clone().into());
+                    }
+                }
+                let now = sh.now();
+                let begun = st.cache.begin(now, lane.id, key, access);
+                // Effects first: a detached write copies its buffer out here.
+                Shared::drive(&self.shared, &mut st);
+                match begun? {
+                    Begin::Ready(b) => {
+                        let mem = st.mem(b, sh.block_size);
+                        (copy.take().expect("copied once"))(&mut mem[r.start as usize..r.end as usize]);
+                        let ended = st.cache.end(now, lane.id, b, access);
+                        Shared::drive(&self.shared, &mut st);
+                        return Ok(ended?);
+                    }
+                    Begin::Blocked => {}
+                }
+            }
+            sh.lanes[lane.id as usize].notified().await;
+            waited = true;
+        }
+    }
+
+    /// Starts writing down every dirty block of `file` and waits until none
+    /// is left; reports a failure to write any of them since the last flush.
+    pub async fn flush_file(&self, file: FileId) -> Result<(), BelowError> {
+        self.flush_where(Some(file)).await
+    }
+
+    /// Writes down everything dirty and waits for it (fsync of all, unmount,
+    /// shutdown, a checkpoint); reports the first failure of any file.
+    pub async fn flush_all(&self) -> Result<(), BelowError> {
+        self.flush_where(None).await
+    }
+
+    async fn flush_where(&self, file: Option<FileId>) -> Result<(), BelowError> {
+        let sh = &*self.shared;
+        loop {
+            let mut done = pin!(sh.io_done.notified());
+            done.as_mut().enable();
+            {
+                let mut st = sh.lock();
+                let now = sh.now();
+                let clean = match file {
+                    Some(f) => {
+                        st.cache.flush_file(now, f);
+                        st.cache.file_is_clean(f)
+                    }
+                    None => {
+                        st.cache.flush(now);
+                        st.cache.is_clean()
+                    }
+                };
+                Shared::drive(&self.shared, &mut st);
+                if clean {
+                    let err = match file {
+                        Some(f) => st.file_errors.remove(&f),
+                        None => {
+                            let first = st.file_errors.keys().next().copied();
+                            let e = first.and_then(|f| st.file_errors.remove(&f));
+                            st.file_errors.clear();
+                            e
+                        }
+                    };
+                    return err.map_or(Ok(()), Err);
+                }
+            }
+            done.await;
+        }
+    }
+
+    /// Forgets the blocks of `file` from block `from_block` on, dirty ones
+    /// unwritten (the file was removed or cut). Waits for accesses and I/O
+    /// in progress on them to end first.
+    pub async fn discard_file(&self, file: FileId, from_block: u64) {
+        let sh = &*self.shared;
+        loop {
+            let mut done = pin!(sh.io_done.notified());
+            done.as_mut().enable();
+            {
+                let mut st = sh.lock();
+                let now = sh.now();
+                let busy = st.cache.discard_file(now, file, from_block);
+                if from_block == 0 {
+                    st.file_errors.remove(&file);
+                }
+                Shared::drive(&self.shared, &mut st);
+                if busy == 0 {
+                    return;
+                }
+            }
+            // Busy buffers finish an access or an I/O soon; poll gently.
+            tokio::select! {
+                _ = done => {}
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
+            }
+        }
+    }
+}
+
+impl<B: Below> Shared<B> {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("cache state not poisoned")
+    }
+
+    fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Carries out every effect the cache has decided. Called with the
+    /// state locked after each call into the cache; I/O runs in tasks.
+    fn drive(me: &Arc<Shared<B>>, st: &mut State) {
+        while let Some(e) = st.cache.poll_effect() {
+            Shared::effect(me, st, e);
+        }
+        while st.prefetching < PREFETCH_DEPTH {
+            let now = me.now();
+            match st.cache.poll_prefetch(now, &mut |_| true) {
+                Some(e) => {
+                    st.prefetching += 1;
+                    Shared::effect(me, st, e);
+                }
+                None => break,
+            }
+        }
+        let at = st.cache.poll_timeout();
+        if at != st.timer_at {
+            st.timer_at = at;
+            me.timer.notify_one();
+        }
+    }
+
+    fn effect(me: &Arc<Shared<B>>, st: &mut State, e: Effect) {
+        match e {
+            Effect::Resume { proc } => me.lanes[proc as usize].notify_one(),
+            Effect::Write {
+                token, key, buf, dirty, ..
+            } => {
+                let bs = me.block_size;
+                let mem = st.mem(buf, bs);
+                let pieces: Vec<(u32, Bytes)> = dirty
+                    .ranges()
+                    .iter()
+                    .map(|r| (r.start, Bytes::copy_from_slice(&mem[r.start as usize..r.end as usize])))
+                    .collect();
+                let me = Arc::clone(me);
+                tokio::spawn(async move {
+                    let res = me.below.write(key, pieces).await;
+                    {
+                        let mut st = me.lock();
+                        if let Err(e) = res {
+                            tracing::warn!("writing block {} of file {} down: {e}", key.index, key.file);
+                            st.file_errors.entry(key.file).or_insert(e);
+                        }
+                        let now = me.now();
+                        st.cache.write_done(now, token);
+                        Shared::drive(&me, &mut st);
+                    }
+                    me.io_done.notify_waiters();
+                });
+            }
+            Effect::Fetch {
+                token,
+                key,
+                buf,
+                keep,
+                prefetch,
+            } => {
+                st.failed_fetch.remove(&key);
+                let me = Arc::clone(me);
+                tokio::spawn(async move {
+                    let res = me.below.fetch(key).await;
+                    let mut st = me.lock();
+                    let now = me.now();
+                    if prefetch {
+                        st.prefetching -= 1;
+                    }
+                    match res {
+                        Ok(data) => {
+                            let bs = me.block_size;
+                            let mem = st.mem(buf, bs);
+                            // Fill every byte the buffer does not already hold.
+                            let mut pos = 0u32;
+                            let holes = keep
+                                .ranges()
+                                .iter()
+                                .map(|r| (r.start, r.end))
+                                .chain(std::iter::once((bs, bs)));
+                            for (a, b) in holes {
+                                fill(&mut mem[pos as usize..a as usize], &data, pos as usize);
+                                pos = b;
+                            }
+                            st.cache.fetch_done(now, token);
+                        }
+                        Err(e) => {
+                            if !prefetch {
+                                tracing::warn!("fetching block {} of file {}: {e}", key.index, key.file);
+                                st.failed_fetch.insert(key, e);
+                            }
+                            st.cache.fetch_failed(now, token);
+                        }
+                    }
+                    Shared::drive(&me, &mut st);
+                });
+            }
+        }
+    }
+}
+
+/// Copies `data[from..]` into `dst`, zeros where `data` ends.
+fn fill(dst: &mut [u8], data: &[u8], from: usize) {
+    let have = data.len().saturating_sub(from).min(dst.len());
+    if have > 0 {
+        dst[..have].copy_from_slice(&data[from..from + have]);
+    }
+    dst[have..].fill(0);
+}
+
+/// Fires the cache's timers (write-policy ages, thresholds, the syncer).
+async fn timer_task<B: Below>(sh: Arc<Shared<B>>) {
+    loop {
+        if sh.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let changed = sh.timer.notified();
+        let at = sh.lock().timer_at;
+        match at {
+            Some(t) => {
+                let when = sh.epoch + std::time::Duration::from_nanos(t.0);
+                tokio::select! {
+                    _ = changed => {}
+                    _ = tokio::time::sleep_until(when) => {
+                        let mut st = sh.lock();
+                        let now = sh.now();
+                        st.cache.handle_timeout(now);
+                        st.timer_at = None;
+                        Shared::drive(&sh, &mut st);
+                    }
+                }
+            }
+            None => changed.await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

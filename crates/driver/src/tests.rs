@@ -1,0 +1,390 @@
+//! The driver against an in-memory level below (real I/O is tested by the
+//! client's and the servers' cross-process tests).
+
+use super::*;
+use parcache_core::{PrefetchKind, ReplacementKind};
+use proptest::prelude::*;
+use std::time::Duration;
+
+/// Files in memory; optionally slow, optionally failing.
+#[derive(Default)]
+struct Mem {
+    files: Mutex<HashMap<FileId, Vec<u8>>>,
+    fail: AtomicBool,
+    writes: std::sync::atomic::AtomicU64,
+    block_size: u32,
+    delay_us: u64,
+}
+
+impl Mem {
+    fn new(block_size: u32) -> Self {
+        Mem {
+            block_size,
+            ..Default::default()
+        }
+    }
+    fn file(&self, f: FileId) -> Vec<u8> {
+        self.files.lock().unwrap().get(&f).cloned().unwrap_or_default()
+    }
+}
+
+impl Below for Arc<Mem> {
+    async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
+        if self.delay_us > 0 {
+            tokio::time::sleep(Duration::from_micros(self.delay_us)).await;
+        }
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(BelowError::io("disk on fire"));
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        let mut files = self.files.lock().unwrap();
+        let f = files.entry(key.file).or_default();
+        for (at, data) in pieces {
+            let off = (key.index * self.block_size as u64 + at as u64) as usize;
+            if f.len() < off + data.len() {
+                f.resize(off + data.len(), 0);
+            }
+            f[off..off + data.len()].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+    async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
+        if self.delay_us > 0 {
+            tokio::time::sleep(Duration::from_micros(self.delay_us)).await;
+        }
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(BelowError::io("disk on fire"));
+        }
+        let f = self.file(key.file);
+        let off = (key.index * self.block_size as u64) as usize;
+        let end = f.len().min(off + self.block_size as usize);
+        Ok(Bytes::copy_from_slice(if off < end { &f[off..end] } else { &[] }))
+    }
+}
+
+fn cfg(buffers: usize, write: WritePolicyKind, repl: ReplacementKind, prefetch: PrefetchKind) -> CacheConfig {
+    CacheConfig {
+        buffers,
+        block_size: 64,
+        replacement: repl,
+        write,
+        prefetch,
+        aux_buffers: 0,
+        syncer: None,
+        fill_partial_writes: false,
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write {
+        file: FileId,
+        off: u64,
+        len: usize,
+        seed: u8,
+    },
+    Read {
+        file: FileId,
+        off: u64,
+        len: usize,
+    },
+    Flush {
+        file: FileId,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..3, 0u64..1000, 1usize..300, any::<u8>()).prop_map(|(file, off, len, seed)| Op::Write { file, off, len, seed }),
+        3 => (0u64..3, 0u64..1200, 1usize..300).prop_map(|(file, off, len)| Op::Read { file, off, len }),
+        1 => (0u64..3).prop_map(|file| Op::Flush { file }),
+    ]
+}
+
+fn bytes_of(seed: u8, off: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((off as usize + i) as u8).wrapping_mul(31))
+        .collect()
+}
+
+/// Runs ops in batches of concurrent ones against the driver and a model.
+/// Ops in one batch touch different files, so the model's order is theirs.
+async fn run(c: CacheConfig, lanes: usize, ops: Vec<Op>) {
+    let below = Arc::new(Mem::new(c.block_size));
+    let d = Driver::new(c, lanes, below.clone()).unwrap();
+    let mut model: HashMap<FileId, Vec<u8>> = HashMap::new();
+    for batch in ops.chunks(3) {
+        let mut seen = std::collections::HashSet::new();
+        let batch: Vec<&Op> = batch
+            .iter()
+            .filter(|o| {
+                let f = match o {
+                    Op::Write { file, .. } | Op::Read { file, .. } | Op::Flush { file } => *file,
+                };
+                seen.insert(f)
+            })
+            .collect();
+        let futs = batch.iter().map(|o| {
+            let d = &d;
+            let model = &model;
+            async move {
+                match o {
+                    Op::Write { file, off, len, seed } => {
+                        d.write(*file, *off, &bytes_of(*seed, *off, *len)).await.unwrap();
+                    }
+                    Op::Read { file, off, len } => {
+                        let mut out = vec![0xAA; *len];
+                        d.read(*file, *off, &mut out).await.unwrap();
+                        let m = model.get(file).cloned().unwrap_or_default();
+                        for (i, b) in out.iter().enumerate() {
+                            let want = m.get(*off as usize + i).copied().unwrap_or(0);
+                            assert_eq!(*b, want, "file {file} byte {}", *off as usize + i);
+                        }
+                    }
+                    Op::Flush { file } => d.flush_file(*file).await.unwrap(),
+                }
+            }
+        });
+        join_all(futs).await;
+        for o in batch {
+            if let Op::Write { file, off, len, seed } = o {
+                let m = model.entry(*file).or_default();
+                let end = *off as usize + len;
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[*off as usize..end].copy_from_slice(&bytes_of(*seed, *off, *len));
+            }
+        }
+    }
+    d.flush_all().await.unwrap();
+    assert!(d.shared.lock().cache.is_clean());
+    for (f, m) in &model {
+        let got = below.file(*f);
+        assert_eq!(&got[..m.len()], &m[..], "file {f} below after flush_all");
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    /// Every byte acknowledged reads back, and every byte reaches the level
+    /// below after a flush, under every write policy, both replacement
+    /// policies and every prefetch policy, with few buffers.
+    #[test]
+    fn no_acknowledged_byte_is_lost(
+        ops in proptest::collection::vec(op(), 1..60),
+        w in 0usize..7,
+        toss in any::<bool>(),
+        pf in 0usize..3,
+        buffers in 3usize..10,
+    ) {
+        let write = WritePolicyKind::ALL[w];
+        let repl = if toss { ReplacementKind::TossImmediately } else { ReplacementKind::Lru };
+        let prefetch = [PrefetchKind::None, PrefetchKind::OneBlockAhead, PrefetchKind::FullFileOnOpen][pf];
+        let c = cfg(buffers, write, repl, prefetch);
+        rt().block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), run(c, 3, ops)).await.expect("no deadlock")
+        });
+    }
+}
+
+#[test]
+fn write_through_returns_when_the_bytes_are_below() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = Driver::new(
+            cfg(
+                4,
+                WritePolicyKind::WriteThrough,
+                ReplacementKind::Lru,
+                PrefetchKind::None,
+            ),
+            2,
+            below.clone(),
+        )
+        .unwrap();
+        d.write(7, 10, b"hello").await.unwrap();
+        assert_eq!(&below.file(7)[10..15], b"hello");
+    });
+}
+
+#[test]
+fn write_back_keeps_bytes_until_a_flush() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = Driver::new(
+            cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
+            2,
+            below.clone(),
+        )
+        .unwrap();
+        d.write(7, 0, b"hello").await.unwrap();
+        assert!(below.file(7).is_empty());
+        d.flush_file(7).await.unwrap();
+        assert_eq!(&below.file(7)[..5], b"hello");
+    });
+}
+
+#[test]
+fn the_syncer_pushes_dirty_data_within_its_interval() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let mut c = cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None);
+        c.syncer = Some(parcache_core::Span::from_secs(30));
+        let d = Driver::new(c, 2, below.clone()).unwrap();
+        d.write(1, 0, b"late").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert!(below.file(1).is_empty(), "too early");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(&below.file(1)[..4], b"late");
+    });
+}
+
+#[test]
+fn a_failed_write_is_reported_at_the_next_flush_of_its_file() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = Driver::new(
+            cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
+            2,
+            below.clone(),
+        )
+        .unwrap();
+        d.write(3, 0, b"x").await.unwrap();
+        below.fail.store(true, Ordering::SeqCst);
+        let e = d.flush_file(3).await.unwrap_err();
+        assert!(e.message.contains("fire"));
+        below.fail.store(false, Ordering::SeqCst);
+        d.flush_file(3).await.unwrap();
+    });
+}
+
+#[test]
+fn a_failed_fetch_fails_the_read_and_the_next_one_works() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        below.files.lock().unwrap().insert(5, vec![9; 100]);
+        let d = Driver::new(
+            cfg(2, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
+            2,
+            below.clone(),
+        )
+        .unwrap();
+        below.fail.store(true, Ordering::SeqCst);
+        let mut out = [0u8; 10];
+        assert!(d.read(5, 0, &mut out).await.is_err());
+        below.fail.store(false, Ordering::SeqCst);
+        d.read(5, 0, &mut out).await.unwrap();
+        assert_eq!(out, [9; 10]);
+    });
+}
+
+#[test]
+fn discard_drops_dirty_blocks_unwritten() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = Driver::new(
+            cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
+            2,
+            below.clone(),
+        )
+        .unwrap();
+        d.write(3, 0, &[1; 200]).await.unwrap();
+        d.discard_file(3, 1).await;
+        d.flush_all().await.unwrap();
+        assert_eq!(below.file(3), vec![1; 64]);
+    });
+}
+
+/// Many concurrent readers and writers on a multi-threaded runtime with a
+/// slow level below: nothing deadlocks, nothing is lost.
+#[test]
+fn concurrent_access_on_many_threads() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut m = Mem::new(64);
+        m.delay_us = 50;
+        let below = Arc::new(m);
+        for w in WritePolicyKind::ALL {
+            let d = Arc::new(
+                Driver::new(
+                    cfg(6, w, ReplacementKind::TossImmediately, PrefetchKind::OneBlockAhead),
+                    4,
+                    below.clone(),
+                )
+                .unwrap(),
+            );
+            let tasks: Vec<_> = (0..8u64)
+                .map(|f| {
+                    let d = d.clone();
+                    tokio::spawn(async move {
+                        let file = 100 + f;
+                        for i in 0..20u64 {
+                            d.write(file, i * 50, &bytes_of(f as u8, i * 50, 50)).await.unwrap();
+                        }
+                        let mut out = vec![0; 1000];
+                        d.read(file, 0, &mut out).await.unwrap();
+                        assert_eq!(out, bytes_of(f as u8, 0, 1000), "{w}");
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            d.flush_all().await.unwrap();
+            for f in 0..8u64 {
+                assert_eq!(below.file(100 + f)[..1000], bytes_of(f as u8, 0, 1000)[..], "{w}");
+            }
+            below.files.lock().unwrap().clear();
+        }
+    });
+}
+
+#[test]
+fn regression_small_write_back() {
+    let ops = vec![
+        Op::Write {
+            file: 0,
+            off: 0,
+            len: 1,
+            seed: 0,
+        },
+        Op::Write {
+            file: 1,
+            off: 275,
+            len: 1,
+            seed: 0,
+        },
+        Op::Read {
+            file: 0,
+            off: 0,
+            len: 1,
+        },
+        Op::Read {
+            file: 1,
+            off: 256,
+            len: 1,
+        },
+    ];
+    let c = cfg(3, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None);
+    rt().block_on(async {
+        tokio::time::timeout(Duration::from_secs(2), run(c, 3, ops))
+            .await
+            .expect("no deadlock")
+    });
+}
