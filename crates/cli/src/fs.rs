@@ -147,6 +147,8 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     off += n as u64;
                     pb.set_position(off);
                 }
+                fs.fsync(&attr).await.with_context(|| format!("syncing pc:{dst}"))?;
+                fs.close(&attr).await?;
                 pb.finish_and_clear();
             }
             (Some(_), None) => {
@@ -160,7 +162,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     dst.push(&src_name);
                 }
                 let mut out = std::fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
+                fs.open(&attr).await?;
                 copy_out(&fs, &attr, &mut out).await?;
+                fs.close(&attr).await?;
                 out.sync_all()?;
             }
             (Some(_), Some(_)) => {
@@ -172,17 +176,25 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     to = fs.truncate(&to, 0).await?;
                 }
                 let pb = bar(attr.size);
+                fs.open(&attr).await?;
                 let mut off = 0;
                 while off < attr.size {
                     let d = fs.read_at(&attr, off, PIECE as u64).await?;
+                    if d.is_empty() {
+                        break;
+                    }
                     fs.write_at(&to, off, &d).await?;
                     off += d.len() as u64;
                     pb.set_position(off);
                 }
+                fs.close(&attr).await?;
+                fs.fsync(&to).await.with_context(|| format!("syncing pc:{dst}"))?;
+                fs.close(&to).await?;
                 pb.finish_and_clear();
             }
             (None, None) => bail!("neither '{}' nor '{}' is a cluster path (pc:/…)", a.src, a.dst),
         }
+        fs.shutdown().await?;
         Ok(())
     })
 }
@@ -222,7 +234,10 @@ pub fn cat(a: PathArgs) -> Result<()> {
         if attr.kind != FileKind::File {
             bail!("{}: not a regular file", a.path);
         }
-        copy_out(&fs, &attr, &mut std::io::stdout().lock()).await
+        fs.open(&attr).await?;
+        copy_out(&fs, &attr, &mut std::io::stdout().lock()).await?;
+        fs.close(&attr).await?;
+        Ok(fs.shutdown().await?)
     })
 }
 

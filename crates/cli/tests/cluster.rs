@@ -83,17 +83,35 @@ impl Drop for Cluster {
 }
 
 /// Files of 0 B to 256 MiB, aligned and unaligned, written in random pieces
-/// in random order and read back at random offsets, against a model.
+/// in random order and read back at random offsets, against a model, under
+/// every write policy of the node cache: through the writing node's cache,
+/// and after `fsync` through another node's cold one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_written_and_read_at_random_offsets_match_the_model() {
     let c = Cluster::up("integrity", 4);
     let fs = c.fs().await;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
-    for (i, &size) in [0usize, 1, 4095, 65536, 65537, (1 << 20) + 7, 10 << 20]
+    for w in parcache_core::WritePolicyKind::ALL {
+        let dir = format!("/{}", w.name());
+        fs.mkdir(&dir, 0o755).await.unwrap();
+        fs.set_policy(&dir, "write", &w.to_string()).await.unwrap();
+        integrity_in(&c, &fs, &dir, &mut rng).await;
+    }
+    let other = c.fs().await;
+    let policies = other
+        .policies_of(&other.resolve("/lru-writeback/f6").await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(policies.write, parcache_core::WritePolicyKind::LruWriteback);
+    big_and_truncate(&c, &fs, &mut rng).await;
+}
+
+async fn integrity_in(c: &Cluster, fs: &Fs, dir: &str, rng: &mut rand_pcg::Pcg64) {
+    for (i, &size) in [0usize, 1, 4095, 65536, 65537, (1 << 20) + 7, 3 << 20]
         .iter()
         .enumerate()
     {
-        let path = format!("/f{i}");
+        let path = format!("{dir}/f{i}");
         let a = fs.create(&path, 0o644, true).await.unwrap();
         let model: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
         // Cut the file into random pieces and write them in random order.
@@ -109,12 +127,18 @@ async fn files_written_and_read_at_random_offsets_match_the_model() {
         for (s, e) in pieces {
             fs.write_at(&a, s as u64, &model[s..e]).await.unwrap();
         }
-        let a = fs.resolve(&path).await.unwrap();
-        assert_eq!(a.size, size as u64, "{path}");
         assert_eq!(
             fs.read_at(&a, 0, size as u64 + 10).await.unwrap(),
             model,
-            "{path} whole"
+            "{path} whole, from the writer's cache"
+        );
+        fs.fsync(&a).await.unwrap();
+        let a = fs.resolve(&path).await.unwrap();
+        assert_eq!(a.size, size as u64, "{path}");
+        let cold = c.fs().await;
+        assert!(
+            cold.read_at(&a, 0, size as u64 + 10).await.unwrap() == model,
+            "{path} whole, from another node after fsync"
         );
         for _ in 0..20 {
             let off = rng.gen_range(0..=size);
@@ -123,6 +147,9 @@ async fn files_written_and_read_at_random_offsets_match_the_model() {
             assert_eq!(&got[..], &model[off..(off + len).min(size)], "{path} at {off}+{len}");
         }
     }
+}
+
+async fn big_and_truncate(c: &Cluster, fs: &Fs, rng: &mut rand_pcg::Pcg64) {
     // 256 MiB, sequentially in 8 MiB requests, then random reads.
     let big = fs.create("/big", 0o644, true).await.unwrap();
     let piece: Vec<u8> = (0..8 << 20)
@@ -133,11 +160,13 @@ async fn files_written_and_read_at_random_offsets_match_the_model() {
         p[0] = k as u8;
         fs.write_at(&big, k << 23, &p).await.unwrap();
     }
+    fs.close(&big).await.unwrap();
     let big = fs.resolve("/big").await.unwrap();
     assert_eq!(big.size, 256 << 20);
+    let cold = c.fs().await;
     for _ in 0..20 {
         let off = rng.gen_range(0..256u64 << 20);
-        let got = fs.read_at(&big, off, 1000).await.unwrap();
+        let got = cold.read_at(&big, off, 1000).await.unwrap();
         for (j, b) in got.iter().enumerate() {
             let pos = off + j as u64;
             let within = (pos % (8 << 20)) as usize;
@@ -146,7 +175,7 @@ async fn files_written_and_read_at_random_offsets_match_the_model() {
         }
     }
     // Overwrites and truncation.
-    let f = fs.resolve("/f5").await.unwrap();
+    let f = fs.resolve("/write-back/f5").await.unwrap();
     fs.write_at(&f, 100, b"overwritten").await.unwrap();
     let f = fs.truncate(&f, 105).await.unwrap();
     let got = fs.read_at(&f, 95, 100).await.unwrap();
@@ -214,7 +243,11 @@ async fn a_server_that_is_down_is_named() {
     fs.set_retries(2);
     let a = fs.create("/x", 0o644, true).await.unwrap();
     fs.write_at(&a, 0, &vec![7u8; 200_000]).await.unwrap();
+    fs.fsync(&a).await.unwrap();
     let a = fs.resolve("/x").await.unwrap();
+    // Another node, whose cache does not hold the file.
+    let mut fs = c.fs().await;
+    fs.set_retries(2);
     let iod0 = c.info()["iods"][0].as_str().unwrap().to_string();
     c.kill9(c.pids()[0]);
     let e = fs.read_at(&a, 0, 200_000).await.unwrap_err().to_string();
@@ -223,7 +256,7 @@ async fn a_server_that_is_down_is_named() {
 
 /// kill -9 a data server, then the metadata server (then the rest), in the
 /// middle of a workload, at random moments; restart with `parcache up`;
-/// every write acknowledged before the crash is there, byte for byte.
+/// every write acknowledged by `fsync` before the crash is there, byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9_of_the_servers() {
     let c = Cluster::up("crash", 3);
@@ -260,7 +293,7 @@ async fn acknowledged_writes_survive_kill_9_of_the_servers() {
                     let len = r.gen_range(1..200_000usize);
                     let data: Vec<u8> = (0..len).map(|_| r.gen()).collect();
                     let off = k * 200_000;
-                    if fs.write_at(&a, off, &data).await.is_err() {
+                    if fs.write_at(&a, off, &data).await.is_err() || fs.fsync(&a).await.is_err() {
                         break;
                     }
                     done.push((path.clone(), off, data));

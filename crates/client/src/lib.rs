@@ -3,19 +3,28 @@
 //! striped as the file's layout says, with the requests to different
 //! servers in flight at once.
 //!
-//! Not yet here (see the data-path issue): the node cache driven by
-//! `parcache-core`. Every call goes to the servers; a write returns once the
-//! data servers hold it in their durable logs, so `fsync` has nothing left
-//! to push and a program that exits normally loses nothing.
+//! File bytes pass through the node's cache, driven by `parcache-core`
+//! through `parcache-driver`: each file gets the replacement, write and
+//! prefetch policies the metadata server holds for it (defaults in
+//! [`policies`]). [`Fs::fsync`] returns when the file's bytes are in the
+//! data servers' durable logs; [`Fs::close`] does the same under
+//! `close-to-open`; [`Fs::shutdown`] pushes everything, so a program that
+//! calls it before exiting loses nothing.
 
-use bytes::{Bytes, BytesMut};
-use parcache_core::StripeLayout;
+mod data;
+pub mod policies;
+
+pub use data::{DataPath, Placement, DEFAULT_RETRIES};
+pub use policies::{FilePolicies, NodeCacheConfig};
+
+use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, WritePolicyKind};
+use parcache_driver::{BelowError, Driver, DriverError};
 use parcache_proto::{
     Attr, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT,
 };
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
-use tokio::sync::Mutex;
 
 #[derive(Debug, Error)]
 pub enum FsError {
@@ -56,66 +65,88 @@ impl FsError {
 
 pub type Result<T> = std::result::Result<T, FsError>;
 
-/// How often and how long to retry a data server that went away: six
-/// tries, 250 ms apart and growing, about four seconds in all.
-pub const DEFAULT_RETRIES: u32 = 6;
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
-
-struct Iod {
-    addr: String,
-    conn: Mutex<Option<Client>>,
+fn from_below(what: String, e: BelowError) -> FsError {
+    FsError::Remote {
+        path: what,
+        code: ErrorCode::from_errno(e.errno),
+        message: e.message,
+    }
 }
 
-/// A connection to a parcache cluster.
+fn from_driver(what: String, e: DriverError) -> FsError {
+    match e {
+        DriverError::Below(b) => from_below(what, b),
+        DriverError::Access(a) => FsError::Protocol(format!("{what}: {a}")),
+    }
+}
+
+/// The node cache's pool for one combination of policies.
+type Pool = Driver<Arc<DataPath>>;
+type PoolKey = (ReplacementKind, WritePolicyKind, PrefetchKind);
+
+/// What this node knows of a file it has touched.
+#[derive(Clone)]
+struct FileState {
+    policies: FilePolicies,
+    pool: Arc<Pool>,
+    /// The size as this node knows it (its own writes included).
+    size: u64,
+    /// Written since the size and times were last reported to the mds.
+    unreported: bool,
+    /// The file's version when this node last validated its cached blocks.
+    version: u64,
+}
+
+/// A connection to a parcache cluster, with the node's cache.
 pub struct Fs {
     mds: Client,
-    iods: Vec<Iod>,
-    secret: Secret,
-    retries: u32,
+    data: Arc<DataPath>,
+    cache: NodeCacheConfig,
+    pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
+    files: Mutex<HashMap<u64, FileState>>,
 }
 
-fn layout_of(a: &Attr) -> Result<(StripeLayout, Vec<u32>)> {
+fn placement_of(a: &Attr) -> Result<Placement> {
     let l = a
         .layout
         .as_ref()
         .ok_or_else(|| FsError::Protocol(format!("handle {} has no layout", a.handle)))?;
-    Ok((
-        StripeLayout::new(l.stripe_unit, l.servers.len() as u32),
-        l.servers.clone(),
-    ))
+    Ok(Placement {
+        layout: StripeLayout::new(l.stripe_unit, l.servers.len() as u32),
+        servers: l.servers.clone(),
+    })
 }
 
 impl Fs {
-    /// Connects to the metadata server, then to every data server it names.
+    /// Connects to the metadata server, then to every data server it names,
+    /// with the default node cache.
     pub async fn connect(mds_addr: &str, secret: &Secret) -> Result<Fs> {
+        Fs::connect_with(mds_addr, secret, NodeCacheConfig::default()).await
+    }
+
+    pub async fn connect_with(mds_addr: &str, secret: &Secret, cache: NodeCacheConfig) -> Result<Fs> {
         let mds = Client::connect(mds_addr, secret).await?;
         let addrs = match mds.call(&Request::Servers, &[]).await?.0 {
             Response::Servers(a) => a,
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
-        let iods = addrs
-            .into_iter()
-            .map(|addr| Iod {
-                addr,
-                conn: Mutex::new(None),
-            })
-            .collect();
         Ok(Fs {
             mds,
-            iods,
-            secret: secret.clone(),
-            retries: DEFAULT_RETRIES,
+            data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
+            cache,
+            pools: Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
         })
     }
 
     /// How many times to try a data server before giving up (at least 1).
     pub fn set_retries(&mut self, n: u32) {
-        self.retries = n.max(1);
+        self.data.set_retries(n);
     }
 
     /// Number of data servers.
     pub fn servers(&self) -> usize {
-        self.iods.len()
+        self.data.servers()
     }
 
     async fn md(&self, path: &str, req: Request) -> Result<Response> {
@@ -136,49 +167,156 @@ impl Fs {
         }
     }
 
-    /// Calls data server `i`, reconnecting (a bounded number of times) if it went away.
-    async fn iod(&self, i: u32, req: &Request, data: &[u8]) -> Result<(Response, Bytes)> {
-        let iod = self.iods.get(i as usize).ok_or_else(|| {
-            FsError::Protocol(format!(
-                "layout names data server {i}, the cluster has {}",
-                self.iods.len()
-            ))
-        })?;
-        let mut last = String::new();
-        for attempt in 0..self.retries {
-            if attempt > 0 {
-                tokio::time::sleep(RETRY_PAUSE * attempt).await;
+    fn pool(&self, p: &FilePolicies) -> Result<Arc<Pool>> {
+        let mut pools = self.pools.lock().expect("not poisoned");
+        if let Some(pool) = pools.get(&p.pool_key()) {
+            return Ok(pool.clone());
+        }
+        let bs = self.cache.block_size;
+        let cfg = CacheConfig {
+            buffers: (self.cache.pool_bytes / bs as u64).max(2) as usize,
+            block_size: bs,
+            replacement: p.replacement,
+            write: p.write,
+            prefetch: p.prefetch,
+            aux_buffers: 0,
+            syncer: Some(self.cache.syncer),
+            fill_partial_writes: false,
+        };
+        let pool = Arc::new(
+            Driver::new(cfg, self.cache.lanes, self.data.clone())
+                .map_err(|e| FsError::Protocol(format!("node cache for {p:?}: {e}")))?,
+        );
+        pools.insert(p.pool_key(), pool.clone());
+        Ok(pool)
+    }
+
+    /// This node's state of the file, learning its policies on first use.
+    async fn state(&self, a: &Attr) -> Result<FileState> {
+        if let Some(st) = self.files.lock().expect("not poisoned").get(&a.handle) {
+            return Ok(st.clone());
+        }
+        let what = format!("handle {}", a.handle);
+        let settings = match self.md(&what, Request::GetPolicy { handle: a.handle }).await? {
+            Response::Policies(p) => p,
+            other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        };
+        let policies = FilePolicies::from_settings(&settings);
+        let pool = self.pool(&policies)?;
+        self.data.place(a.handle, placement_of(a)?);
+        let st = FileState {
+            policies,
+            pool,
+            size: a.size,
+            unreported: false,
+            version: a.version,
+        };
+        Ok(self
+            .files
+            .lock()
+            .expect("not poisoned")
+            .entry(a.handle)
+            .or_insert(st)
+            .clone())
+    }
+
+    fn update(&self, handle: u64, f: impl FnOnce(&mut FileState)) {
+        if let Some(st) = self.files.lock().expect("not poisoned").get_mut(&handle) {
+            f(st);
+        }
+    }
+
+    /// The policies the node cache applies to a file.
+    pub async fn policies_of(&self, a: &Attr) -> Result<FilePolicies> {
+        Ok(self.state(a).await?.policies)
+    }
+
+    /// A program opened the file. Under `close-to-open`, cached blocks of a
+    /// file whose version moved since this node validated them are dropped
+    /// (another node changed it); the prefetch policy starts here.
+    pub async fn open(&self, a: &Attr) -> Result<()> {
+        let st = self.state(a).await?;
+        if st.policies.consistency.revalidate_on_open() && a.version != st.version && !st.unreported {
+            st.pool
+                .flush_file(a.handle)
+                .await
+                .map_err(|e| from_below(format!("handle {}", a.handle), e))?;
+            st.pool.discard_file(a.handle, 0).await;
+            self.update(a.handle, |s| {
+                s.version = a.version;
+                s.size = s.size.max(a.size);
+            });
+        }
+        st.pool.open(a.handle, st.size.max(a.size));
+        Ok(())
+    }
+
+    /// A program closed the file: under `close-to-open` its dirty blocks go
+    /// down and its size reaches the metadata server before this returns.
+    pub async fn close(&self, a: &Attr) -> Result<()> {
+        let st = self.state(a).await?;
+        st.pool.close(a.handle);
+        if st.policies.consistency.flush_on_close() {
+            self.fsync(a).await?;
+        }
+        Ok(())
+    }
+
+    /// Returns when every byte written to the file is in the data servers'
+    /// durable logs and its size and times are at the metadata server.
+    pub async fn fsync(&self, a: &Attr) -> Result<()> {
+        let st = self.state(a).await?;
+        st.pool
+            .flush_file(a.handle)
+            .await
+            .map_err(|e| from_below(format!("handle {}", a.handle), e))?;
+        self.report(a.handle).await
+    }
+
+    /// Tells the metadata server the size this node wrote the file to.
+    async fn report(&self, handle: u64) -> Result<()> {
+        let size = match self.files.lock().expect("not poisoned").get_mut(&handle) {
+            Some(s) if s.unreported => {
+                s.unreported = false;
+                s.size
             }
-            let conn = {
-                let mut g = iod.conn.lock().await;
-                match g.as_ref().filter(|c| !c.is_closed()) {
-                    Some(c) => c.clone(),
-                    None => match Client::connect(&iod.addr, &self.secret).await {
-                        Ok(c) => {
-                            *g = Some(c.clone());
-                            c
-                        }
-                        Err(e) => {
-                            last = e.to_string();
-                            continue;
-                        }
-                    },
-                }
-            };
-            match conn.call(req, data).await {
-                Ok(r) => return Ok(r),
-                Err(e) => {
-                    tracing::warn!("data server {i} ({}): {e}; retrying", iod.addr);
-                    last = e.to_string();
-                }
+            _ => return Ok(()),
+        };
+        let attr = self
+            .md_attr(&format!("handle {handle}"), Request::Written { handle, size })
+            .await?;
+        self.update(handle, |s| s.version = attr.version);
+        Ok(())
+    }
+
+    /// Pushes every dirty block of every file and reports sizes; call it
+    /// before the program exits (the `parcache` commands do).
+    pub async fn shutdown(&self) -> Result<()> {
+        let pools: Vec<Arc<Pool>> = self.pools.lock().expect("not poisoned").values().cloned().collect();
+        let mut first = None;
+        for p in pools {
+            if let Err(e) = p.flush_all().await {
+                first.get_or_insert(from_below("node cache".into(), e));
             }
         }
-        Err(FsError::ServerDown {
-            server: i,
-            addr: iod.addr.clone(),
-            tries: self.retries,
-            reason: last,
-        })
+        let handles: Vec<u64> = self.files.lock().expect("not poisoned").keys().copied().collect();
+        for h in handles {
+            if let Err(e) = self.report(h).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Each pool of the node cache: its policies and counters.
+    pub fn cache_stats(&self) -> Vec<(String, CacheStats)> {
+        let pools = self.pools.lock().expect("not poisoned");
+        let mut v: Vec<_> = pools
+            .iter()
+            .map(|((r, w, p), pool)| (format!("{r} {w} {p}"), pool.stats()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// Resolves an absolute path (symbolic links in the middle are not followed).
@@ -315,11 +453,14 @@ impl Fs {
     }
 
     async fn remove_data(&self, a: &Attr) -> Result<()> {
-        if let Some(l) = &a.layout {
-            for &s in &l.servers {
-                self.iod(s, &Request::Remove { handle: a.handle }, &[]).await?;
-            }
+        let known = self.files.lock().expect("not poisoned").remove(&a.handle);
+        if let Some(st) = known {
+            st.pool.discard_file(a.handle, 0).await;
         }
+        if let Some(l) = &a.layout {
+            self.data.remove(a.handle, &l.servers).await?;
+        }
+        self.data.forget(a.handle);
         Ok(())
     }
 
@@ -336,7 +477,18 @@ impl Fs {
             )
             .await?
         {
-            Response::Policies(p) => Ok(p),
+            Response::Policies(p) => {
+                // The file's blocks move to the pool of its new policies.
+                let known = self.files.lock().expect("not poisoned").remove(&a.handle);
+                if let Some(st) = known {
+                    st.pool
+                        .flush_file(a.handle)
+                        .await
+                        .map_err(|e| from_below(path.to_string(), e))?;
+                    st.pool.discard_file(a.handle, 0).await;
+                }
+                Ok(p)
+            }
             other => Err(FsError::Protocol(format!("{path}: unexpected reply {other:?}"))),
         }
     }
@@ -349,155 +501,71 @@ impl Fs {
         }
     }
 
-    /// Sets a file's size: the data servers cut or extend their parts.
+    /// Sets a file's size: dirty blocks go down first, the node's cached
+    /// blocks of the file are dropped, the data servers cut or extend their
+    /// parts and the metadata server records the size.
     pub async fn truncate(&self, a: &Attr, size: u64) -> Result<Attr> {
-        let (layout, servers) = layout_of(a)?;
-        for (pos, &s) in servers.iter().enumerate() {
-            let len = layout.server_bytes(size, pos as u32);
-            self.iod(s, &Request::Truncate { handle: a.handle, len }, &[]).await?;
-        }
-        self.md_attr(
-            &format!("handle {}", a.handle),
-            Request::SetAttr {
-                handle: a.handle,
-                set: SetAttr {
-                    size: Some(size),
-                    ..SetAttr::default()
+        let what = format!("handle {}", a.handle);
+        let st = self.state(a).await?;
+        st.pool
+            .flush_file(a.handle)
+            .await
+            .map_err(|e| from_below(what.clone(), e))?;
+        st.pool.discard_file(a.handle, 0).await;
+        self.data.truncate(a.handle, size).await?;
+        let attr = self
+            .md_attr(
+                &what,
+                Request::SetAttr {
+                    handle: a.handle,
+                    set: SetAttr {
+                        size: Some(size),
+                        ..SetAttr::default()
+                    },
                 },
-            },
-        )
-        .await
+            )
+            .await?;
+        self.update(a.handle, |s| {
+            s.size = size;
+            s.unreported = false;
+            s.version = attr.version;
+        });
+        Ok(attr)
     }
 
-    /// Writes `data` at `offset`. Each data server gets one request (its
-    /// chunks of the range are contiguous on it), all in flight at once;
-    /// returns when every one holds its part durably.
+    /// Writes `data` at `offset` into the node cache; the file's write
+    /// policy decides when it goes to the data servers (`write-through`:
+    /// before this returns). [`Fs::fsync`] makes it durable.
     pub async fn write_at(&self, a: &Attr, offset: u64, data: &[u8]) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
-        let (layout, servers) = layout_of(a)?;
-        let mut parts: Vec<Option<(u64, BytesMut)>> = vec![None; servers.len()];
-        for c in layout.chunks(offset, data.len() as u64) {
-            let slice = &data[(c.file_offset - offset) as usize..(c.file_offset - offset + c.len) as usize];
-            let part = &mut parts[c.server as usize];
-            match part {
-                Some((_, buf)) => buf.extend_from_slice(slice),
-                None => *part = Some((c.server_offset, BytesMut::from(slice))),
-            }
-        }
-        let calls = parts.into_iter().enumerate().filter_map(|(pos, p)| {
-            let (server_offset, buf) = p?;
-            let req = Request::Write {
-                handle: a.handle,
-                offset: server_offset,
-            };
-            let s = servers[pos];
-            Some(async move {
-                match self.iod(s, &req, &buf).await? {
-                    (Response::Written { .. }, _) => Ok(()),
-                    (Response::Error(e), _) => Err(FsError::Remote {
-                        path: format!("handle {}", a.handle),
-                        code: e.code,
-                        message: format!("data server {s}: {}", e.message),
-                    }),
-                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
-                }
-            })
+        let st = self.state(a).await?;
+        let end = offset + data.len() as u64;
+        // Known before the bytes land, so a concurrent reader's clamp is right.
+        self.update(a.handle, |s| {
+            s.size = s.size.max(end);
+            s.unreported = true;
         });
-        for r in join_all(calls).await {
-            r?;
-        }
-        self.md_attr(
-            &format!("handle {}", a.handle),
-            Request::Written {
-                handle: a.handle,
-                size: offset + data.len() as u64,
-            },
-        )
-        .await?;
-        Ok(())
+        st.pool
+            .write(a.handle, offset, data)
+            .await
+            .map_err(|e| from_driver(format!("handle {}", a.handle), e))
     }
 
-    /// Reads up to `len` bytes at `offset` of a file whose size is `a.size`
-    /// (holes read as zeros), one request per data server, all at once.
+    /// Reads up to `len` bytes at `offset` (holes read as zeros), through
+    /// the node cache; stops at the end of the file as this node knows it.
     pub async fn read_at(&self, a: &Attr, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let end = a.size.min(offset.saturating_add(len));
+        let st = self.state(a).await?;
+        let end = st.size.max(a.size).min(offset.saturating_add(len));
         if offset >= end {
             return Ok(Vec::new());
         }
-        let (layout, servers) = layout_of(a)?;
-        let chunks: Vec<_> = layout.chunks(offset, end - offset).collect();
-        let mut spans: Vec<Option<(u64, u64)>> = vec![None; servers.len()];
-        for c in &chunks {
-            let s = &mut spans[c.server as usize];
-            match s {
-                Some((_, n)) => *n += c.len,
-                None => *s = Some((c.server_offset, c.len)),
-            }
-        }
-        let calls = spans.iter().enumerate().map(|(pos, sp)| {
-            let s = servers[pos];
-            let sp = *sp;
-            async move {
-                let Some((off, n)) = sp else { return Ok(Bytes::new()) };
-                match self
-                    .iod(
-                        s,
-                        &Request::Read {
-                            handle: a.handle,
-                            offset: off,
-                            len: n,
-                        },
-                        &[],
-                    )
-                    .await?
-                {
-                    (Response::Data { .. }, d) => Ok(d),
-                    (Response::Error(e), _) => Err(FsError::Remote {
-                        path: format!("handle {}", a.handle),
-                        code: e.code,
-                        message: format!("data server {s}: {}", e.message),
-                    }),
-                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
-                }
-            }
-        });
-        let got: Vec<Bytes> = join_all(calls).await.into_iter().collect::<Result<_>>()?;
         let mut out = vec![0u8; (end - offset) as usize];
-        let mut used = vec![0u64; servers.len()];
-        for c in &chunks {
-            let src = &got[c.server as usize];
-            let from = used[c.server as usize] as usize;
-            used[c.server as usize] += c.len;
-            let dst = (c.file_offset - offset) as usize;
-            let have = src.len().saturating_sub(from).min(c.len as usize);
-            out[dst..dst + have].copy_from_slice(&src[from..from + have]);
-        }
+        st.pool
+            .read(a.handle, offset, &mut out)
+            .await
+            .map_err(|e| from_driver(format!("handle {}", a.handle), e))?;
         Ok(out)
     }
-}
-
-/// Runs futures concurrently on this task and collects their results in order.
-async fn join_all<F: std::future::Future>(fs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut futs: Vec<_> = fs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in futs.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => out[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("every future finished")).collect()
 }

@@ -16,6 +16,7 @@
 
 pub mod block;
 pub mod cache;
+pub mod consistency;
 pub mod error;
 pub mod prefetch;
 pub mod replacement;
@@ -25,6 +26,7 @@ pub mod write;
 
 pub use block::{split_blocks, BlockKey, BlockPiece, ByteRange, FileId, RangeSet};
 pub use cache::{Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, IoToken, ProcId, WriteCause};
+pub use consistency::ConsistencyKind;
 pub use error::{AccessError, PolicyError};
 pub use prefetch::PrefetchKind;
 pub use replacement::ReplacementKind;

@@ -32,3 +32,13 @@ pub trait Below: Send + Sync + 'static {
     /// Reads block `key`. An answer shorter than a block means zeros after it.
     fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send;
 }
+
+/// A shared level below is a level below.
+impl<T: Below> Below for std::sync::Arc<T> {
+    fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> impl Future<Output = Result<(), BelowError>> + Send {
+        T::write(self, key, pieces)
+    }
+    fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
+        T::fetch(self, key)
+    }
+}

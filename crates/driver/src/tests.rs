@@ -28,7 +28,7 @@ impl Mem {
     }
 }
 
-impl Below for Arc<Mem> {
+impl Below for Mem {
     async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
         if self.delay_us > 0 {
             tokio::time::sleep(Duration::from_micros(self.delay_us)).await;

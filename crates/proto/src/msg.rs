@@ -247,6 +247,25 @@ impl ErrorCode {
             ErrorCode::Loop => 40,
         }
     }
+
+    /// The code for an errno (EIO for one without a code of its own).
+    pub fn from_errno(errno: i32) -> ErrorCode {
+        [
+            ErrorCode::NotFound,
+            ErrorCode::Exists,
+            ErrorCode::NotDir,
+            ErrorCode::IsDir,
+            ErrorCode::NotEmpty,
+            ErrorCode::Access,
+            ErrorCode::Invalid,
+            ErrorCode::NoSpace,
+            ErrorCode::NameTooLong,
+            ErrorCode::Loop,
+        ]
+        .into_iter()
+        .find(|c| c.errno() == errno)
+        .unwrap_or(ErrorCode::Io)
+    }
 }
 
 impl fmt::Display for ErrorReply {

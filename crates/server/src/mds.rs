@@ -9,7 +9,7 @@
 //! its version (for close-to-open consistency checks).
 
 use bytes::Bytes;
-use parcache_core::{PrefetchKind, ReplacementKind, WritePolicyKind};
+use parcache_core::{ConsistencyKind, PrefetchKind, ReplacementKind, WritePolicyKind};
 use parcache_proto::msg::ServerStats;
 use parcache_proto::{
     serve, Attr, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request, Response, Secret, SetAttr, Timestamp,
@@ -81,7 +81,14 @@ fn check_name(name: &str) -> R<()> {
 }
 
 /// The policy keys a file or directory can carry, with their checks.
-pub const POLICY_KEYS: [&str; 5] = ["write", "replacement", "prefetch", "stripe_unit", "stripe_width"];
+pub const POLICY_KEYS: [&str; 6] = [
+    "write",
+    "replacement",
+    "prefetch",
+    "consistency",
+    "stripe_unit",
+    "stripe_width",
+];
 
 fn check_policy(key: &str, value: &str) -> R<String> {
     let bad = |e: String| (ErrorCode::Invalid, e);
@@ -96,6 +103,10 @@ fn check_policy(key: &str, value: &str) -> R<String> {
             .to_string(),
         "prefetch" => value
             .parse::<PrefetchKind>()
+            .map_err(|e| bad(e.to_string()))?
+            .to_string(),
+        "consistency" => value
+            .parse::<ConsistencyKind>()
             .map_err(|e| bad(e.to_string()))?
             .to_string(),
         "stripe_unit" => parse_size(value)

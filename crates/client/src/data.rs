@@ -1,0 +1,270 @@
+//! The data path below the node cache: striped reads and writes of file
+//! bytes on the data servers, with the requests to different servers in
+//! flight at once, and bounded retries of a server that went away.
+
+use crate::{FsError, Result};
+use bytes::{Bytes, BytesMut};
+use parcache_core::{BlockKey, StripeLayout};
+use parcache_driver::{join_all, Below, BelowError};
+use parcache_proto::{Client, Request, Response, Secret};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex as SyncMutex;
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// How often and how long to retry a data server that went away: six
+/// tries, 250 ms apart and growing, about four seconds in all.
+pub const DEFAULT_RETRIES: u32 = 6;
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+struct Iod {
+    addr: String,
+    conn: Mutex<Option<Client>>,
+}
+
+/// A file's placement: its stripe layout and the data servers it uses.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub layout: StripeLayout,
+    pub servers: Vec<u32>,
+}
+
+/// The connections to the data servers, and where each open file's
+/// stripes are (the node cache's level below).
+pub struct DataPath {
+    iods: Vec<Iod>,
+    secret: Secret,
+    retries: AtomicU32,
+    placements: SyncMutex<HashMap<u64, Placement>>,
+    block_size: u32,
+}
+
+impl DataPath {
+    pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32) -> Self {
+        DataPath {
+            iods: addrs
+                .into_iter()
+                .map(|addr| Iod {
+                    addr,
+                    conn: Mutex::new(None),
+                })
+                .collect(),
+            secret,
+            retries: AtomicU32::new(DEFAULT_RETRIES),
+            placements: SyncMutex::new(HashMap::new()),
+            block_size,
+        }
+    }
+
+    pub fn servers(&self) -> usize {
+        self.iods.len()
+    }
+
+    pub fn set_retries(&self, n: u32) {
+        self.retries.store(n.max(1), Ordering::Relaxed);
+    }
+
+    pub fn place(&self, handle: u64, p: Placement) {
+        self.placements.lock().expect("not poisoned").insert(handle, p);
+    }
+
+    pub fn forget(&self, handle: u64) {
+        self.placements.lock().expect("not poisoned").remove(&handle);
+    }
+
+    fn placement(&self, handle: u64) -> Result<Placement> {
+        self.placements
+            .lock()
+            .expect("not poisoned")
+            .get(&handle)
+            .cloned()
+            .ok_or_else(|| FsError::Protocol(format!("handle {handle} is not open on this node")))
+    }
+
+    /// Calls data server `i`, reconnecting (a bounded number of times) if it went away.
+    pub async fn call(&self, i: u32, req: &Request, data: &[u8]) -> Result<(Response, Bytes)> {
+        let iod = self.iods.get(i as usize).ok_or_else(|| {
+            FsError::Protocol(format!(
+                "layout names data server {i}, the cluster has {}",
+                self.iods.len()
+            ))
+        })?;
+        let retries = self.retries.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for attempt in 0..retries {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_PAUSE * attempt).await;
+            }
+            let conn = {
+                let mut g = iod.conn.lock().await;
+                match g.as_ref().filter(|c| !c.is_closed()) {
+                    Some(c) => c.clone(),
+                    None => match Client::connect(&iod.addr, &self.secret).await {
+                        Ok(c) => {
+                            *g = Some(c.clone());
+                            c
+                        }
+                        Err(e) => {
+                            last = e.to_string();
+                            continue;
+                        }
+                    },
+                }
+            };
+            match conn.call(req, data).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    tracing::warn!("data server {i} ({}): {e}; retrying", iod.addr);
+                    last = e.to_string();
+                }
+            }
+        }
+        Err(FsError::ServerDown {
+            server: i,
+            addr: iod.addr.clone(),
+            tries: retries,
+            reason: last,
+        })
+    }
+
+    /// Writes `data` at file `offset`: one request per data server (its
+    /// chunks of the range are contiguous on it), all in flight at once;
+    /// returns when every one holds its part in its durable log.
+    pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let p = self.placement(handle)?;
+        let mut parts: Vec<Option<(u64, BytesMut)>> = vec![None; p.servers.len()];
+        for c in p.layout.chunks(offset, data.len() as u64) {
+            let slice = &data[(c.file_offset - offset) as usize..(c.file_offset - offset + c.len) as usize];
+            let part = &mut parts[c.server as usize];
+            match part {
+                Some((_, buf)) => buf.extend_from_slice(slice),
+                None => *part = Some((c.server_offset, BytesMut::from(slice))),
+            }
+        }
+        let calls = parts.into_iter().enumerate().filter_map(|(pos, part)| {
+            let (server_offset, buf) = part?;
+            let req = Request::Write {
+                handle,
+                offset: server_offset,
+            };
+            let s = p.servers[pos];
+            Some(async move {
+                match self.call(s, &req, &buf).await? {
+                    (Response::Written { .. }, _) => Ok(()),
+                    (Response::Error(e), _) => Err(FsError::Remote {
+                        path: format!("handle {handle}"),
+                        code: e.code,
+                        message: format!("data server {s}: {}", e.message),
+                    }),
+                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
+                }
+            })
+        });
+        for r in join_all(calls).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` (holes and bytes past a server's end
+    /// read as zeros), one request per data server, all at once.
+    pub async fn read(&self, handle: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let p = self.placement(handle)?;
+        let chunks: Vec<_> = p.layout.chunks(offset, len).collect();
+        let mut spans: Vec<Option<(u64, u64)>> = vec![None; p.servers.len()];
+        for c in &chunks {
+            let s = &mut spans[c.server as usize];
+            match s {
+                Some((_, n)) => *n += c.len,
+                None => *s = Some((c.server_offset, c.len)),
+            }
+        }
+        let calls = spans.iter().enumerate().map(|(pos, sp)| {
+            let s = p.servers[pos];
+            let sp = *sp;
+            async move {
+                let Some((off, n)) = sp else { return Ok(Bytes::new()) };
+                let req = Request::Read {
+                    handle,
+                    offset: off,
+                    len: n,
+                };
+                match self.call(s, &req, &[]).await? {
+                    (Response::Data { .. }, d) => Ok(d),
+                    (Response::Error(e), _) => Err(FsError::Remote {
+                        path: format!("handle {handle}"),
+                        code: e.code,
+                        message: format!("data server {s}: {}", e.message),
+                    }),
+                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
+                }
+            }
+        });
+        let got: Vec<Bytes> = join_all(calls).await.into_iter().collect::<Result<_>>()?;
+        let mut out = vec![0u8; len as usize];
+        let mut used = vec![0u64; p.servers.len()];
+        for c in &chunks {
+            let src = &got[c.server as usize];
+            let from = used[c.server as usize] as usize;
+            used[c.server as usize] += c.len;
+            let dst = (c.file_offset - offset) as usize;
+            let have = src.len().saturating_sub(from).min(c.len as usize);
+            out[dst..dst + have].copy_from_slice(&src[from..from + have]);
+        }
+        Ok(out)
+    }
+
+    /// Sets the length of each data server's part of a file of `size` bytes.
+    pub async fn truncate(&self, handle: u64, size: u64) -> Result<()> {
+        let p = self.placement(handle)?;
+        for (pos, &s) in p.servers.iter().enumerate() {
+            let len = p.layout.server_bytes(size, pos as u32);
+            self.call(s, &Request::Truncate { handle, len }, &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes a file's parts from the servers that hold them.
+    pub async fn remove(&self, handle: u64, servers: &[u32]) -> Result<()> {
+        for &s in servers {
+            self.call(s, &Request::Remove { handle }, &[]).await?;
+        }
+        Ok(())
+    }
+}
+
+fn below_err(e: FsError) -> BelowError {
+    BelowError {
+        errno: e.errno(),
+        message: e.to_string(),
+    }
+}
+
+/// The node cache writes and fetches whole blocks through the data path.
+impl Below for DataPath {
+    async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> std::result::Result<(), BelowError> {
+        let base = key.index * self.block_size as u64;
+        let calls = pieces
+            .iter()
+            .map(|(at, data)| DataPath::write(self, key.file, base + *at as u64, data));
+        for r in join_all(calls).await {
+            r.map_err(below_err)?;
+        }
+        Ok(())
+    }
+
+    async fn fetch(&self, key: BlockKey) -> std::result::Result<Bytes, BelowError> {
+        let bs = self.block_size as u64;
+        DataPath::read(self, key.file, key.index * bs, bs)
+            .await
+            .map(Bytes::from)
+            .map_err(below_err)
+    }
+}
