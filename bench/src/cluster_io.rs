@@ -115,12 +115,8 @@ fn main() -> Result<()> {
         .build()?;
     let mut iod_addrs = vec![];
     for i in 0..4 {
-        let cfg = iod::IodConfig {
-            data_dir: dir.join(format!("iod-{i}")),
-            listen: "127.0.0.1:0".parse()?,
-            secret: secret.clone(),
-            checkpoint_bytes: 256 << 20,
-        };
+        let mut cfg = iod::IodConfig::new(dir.join(format!("iod-{i}")), "127.0.0.1:0".parse()?, secret.clone());
+        cfg.checkpoint_bytes = 256 << 20;
         let r = servers.block_on(iod::start(cfg))?;
         iod_addrs.push(r.addr.to_string());
         servers.spawn(r.served);

@@ -31,6 +31,15 @@ pub struct IodArgs {
     /// Checkpoint (sync the stripes, empty the log) when the log passes this size [default: 64].
     #[arg(long, value_name = "MIB")]
     checkpoint_mib: Option<u64>,
+    /// Size of the server's cache: clean blocks are its read cache, dirty
+    /// ones (already in the log) its write cache [default: 256].
+    #[arg(long, value_name = "MIB")]
+    cache_mib: Option<u64>,
+    /// When the write cache's dirty blocks go to the block store:
+    /// threshold(high=90%,low=50%) (default), periodic(interval=5s,age=30s)
+    /// or lru-writeback.
+    #[arg(long, value_name = "POLICY")]
+    write_policy: Option<String>,
 }
 
 /// Settings of `parcache mds`, from `--config FILE.toml` and flags (flags win).
@@ -151,12 +160,14 @@ pub fn iod(a: IodArgs) -> Result<()> {
         "127.0.0.1:7401",
     )?;
     let checkpoint = a.checkpoint_mib.or(f.checkpoint_mib).unwrap_or(64);
-    let cfg = IodConfig {
-        data_dir: data.clone(),
-        listen,
-        secret,
-        checkpoint_bytes: checkpoint << 20,
-    };
+    let mut cfg = IodConfig::new(data.clone(), listen, secret);
+    cfg.checkpoint_bytes = checkpoint << 20;
+    cfg.cache_bytes = a.cache_mib.or(f.cache_mib).unwrap_or(256) << 20;
+    if let Some(w) = a.write_policy.as_ref().or(f.write_policy.as_ref()) {
+        cfg.write_policy = w
+            .parse()
+            .with_context(|| format!("--write-policy '{w}' (threshold, periodic or lru-writeback)"))?;
+    }
     run_daemon("data server", &data, iod::start(cfg))
 }
 

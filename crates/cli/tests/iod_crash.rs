@@ -16,8 +16,13 @@ struct Iod {
 
 impl Iod {
     fn start(dir: &Path) -> Iod {
+        Iod::start_with(dir, &[])
+    }
+
+    fn start_with(dir: &Path, extra: &[&str]) -> Iod {
         let mut child = Command::new(env!("CARGO_BIN_EXE_parcache"))
             .args(["iod", "--data", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .args(extra)
             .env("PARCACHE_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -147,8 +152,6 @@ async fn a_wrong_secret_is_refused_and_the_server_keeps_serving() {
         .await
         .unwrap();
     assert_eq!(r, Response::Written { len: 4 });
-    // Handles name files inside the data directory only.
-    assert!(dir.join("objects").join("ffffffffffffffff").exists());
     let (r, _) = c
         .call(
             &Request::Lookup {
@@ -163,6 +166,12 @@ async fn a_wrong_secret_is_refused_and_the_server_keeps_serving() {
         matches!(r, Response::Error(_)),
         "a data server refuses metadata requests"
     );
+    // A clean stop writes the write cache down: handles name files inside
+    // the data directory only.
+    let _ = c.call(&Request::Shutdown, &[]).await;
+    let mut iod = iod;
+    iod.child.wait().unwrap();
+    assert!(dir.join("objects").join("ffffffffffffffff").exists());
     drop(iod);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -204,4 +213,76 @@ fn a_daemon_starts_from_a_toml_config_and_refuses_unknown_keys() {
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+async fn stats(c: &Client) -> parcache_proto::msg::ServerStats {
+    match c.call(&Request::Stats, &[]).await.unwrap().0 {
+        Response::Stats(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn put(c: &Client, handle: u64, offset: u64, data: &[u8]) {
+    let (r, _) = c.call(&Request::Write { handle, offset }, data).await.unwrap();
+    assert_eq!(r, Response::Written { len: data.len() as u64 });
+}
+
+async fn get(c: &Client, handle: u64, offset: u64, len: u64) -> Vec<u8> {
+    match c.call(&Request::Read { handle, offset, len }, &[]).await.unwrap() {
+        (Response::Data { .. }, d) => d.to_vec(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The data server's cache as a real process: reads of cached blocks hit;
+/// under `lru-writeback` a full write cache writes its LRU dirty block when
+/// a new one arrives (counted as immediate writes); under the default
+/// `threshold(high=90%,low=50%)` passing 90 % dirty writes down to 50 %.
+/// Every byte reads back, and survives a restart.
+#[tokio::test]
+async fn the_servers_cache_counts_hits_misses_and_immediate_writes() {
+    let block = 64 << 10;
+    for policy in ["lru-writeback", "threshold"] {
+        let dir = temp_dir(&format!("iod-cache-{policy}"));
+        let secret = Secret::generate();
+        secret.save(&dir.join("secret")).unwrap();
+        let iod = Iod::start_with(&dir, &["--cache-mib", "1", "--write-policy", policy]);
+        let c = Client::connect(&iod.addr, &secret).await.unwrap();
+        let data = |k: u64| vec![k as u8 + 1; block];
+        let blocks = if policy == "threshold" { 15 } else { 40 };
+        for k in 0..blocks {
+            put(&c, 9, k * block as u64, &data(k)).await;
+        }
+        let s = stats(&c).await;
+        if policy == "lru-writeback" {
+            assert!(s.immediate_writes >= 40 - 16, "{s:?}");
+        } else {
+            // 15 of 16 blocks dirty passed 90 %: down to about half.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let s = stats(&c).await;
+            assert!(s.dirty_blocks <= 8 && s.writes_down >= 7, "{s:?}");
+            assert_eq!(s.immediate_writes, 0, "{s:?}");
+        }
+        let last = blocks - 1;
+        assert_eq!(get(&c, 9, last * block as u64, block as u64).await, data(last));
+        let before = stats(&c).await;
+        assert_eq!(get(&c, 9, last * block as u64, 100).await, data(last)[..100]);
+        let after = stats(&c).await;
+        assert_eq!(after.read_hits, before.read_hits + 1, "{after:?}");
+        assert_eq!(get(&c, 9, 0, block as u64).await, data(0), "the oldest block");
+        // kill -9 with dirty blocks in the cache: the log has them.
+        drop(c);
+        drop(iod);
+        let iod = Iod::start_with(&dir, &["--cache-mib", "1", "--write-policy", policy]);
+        let c = Client::connect(&iod.addr, &secret).await.unwrap();
+        for k in 0..blocks {
+            assert_eq!(
+                get(&c, 9, k * block as u64, block as u64).await,
+                data(k),
+                "block {k} after kill -9"
+            );
+        }
+        drop(iod);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -2,12 +2,19 @@
 //!
 //! A write is appended to the durable write log (group commit, fsync) and
 //! acknowledged only then, so an acknowledged write survives `kill -9` and a
-//! power cut; it is also applied to the block store at once, so reads see
-//! it. A checkpoint (when the log passes `checkpoint_bytes`, and at shutdown)
-//! syncs the files written since the last one and empties the log. At start
-//! the log is replayed into the block store, which is synced, and emptied.
+//! power cut. Its bytes then sit in the server's cache (the core's cache,
+//! run by `parcache-driver`): clean blocks there are the volatile LRU read
+//! cache, dirty ones the durable write cache (their bytes are in the log),
+//! whose write-back to the block store follows the server's write policy,
+//! `threshold(high=90%,low=50%)` by default, or `periodic` or
+//! `lru-writeback` (Biswas et al. 1993 §3). A checkpoint (when the log
+//! passes `checkpoint_bytes`, and at shutdown) writes every dirty block
+//! down, syncs the files written since the last one and empties the log. At
+//! start the log is replayed into the block store, which is synced, and emptied.
 
 use bytes::Bytes;
+use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
+use parcache_driver::{Below, BelowError, Driver};
 use parcache_proto::msg::ServerStats;
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
 use parcache_store::{BlockStore, Entry, FileMedia, GroupLog, Wal};
@@ -28,15 +35,84 @@ pub struct IodConfig {
     pub secret: Secret,
     /// Log size that triggers a checkpoint.
     pub checkpoint_bytes: u64,
+    /// Bytes of the server's cache (read cache and write cache together).
+    pub cache_bytes: u64,
+    /// When dirty blocks of the write cache go to the block store.
+    pub write_policy: WritePolicyKind,
+}
+
+impl IodConfig {
+    /// Defaults for everything but where to keep data, where to listen and the secret.
+    pub fn new(data_dir: PathBuf, listen: SocketAddr, secret: Secret) -> Self {
+        IodConfig {
+            data_dir,
+            listen,
+            secret,
+            checkpoint_bytes: 64 << 20,
+            cache_bytes: 256 << 20,
+            write_policy: WritePolicyKind::THRESHOLD_DEFAULT,
+        }
+    }
+}
+
+/// Block size of a data server's cache.
+pub const IOD_BLOCK: u32 = 64 << 10;
+
+/// The block store, as the level below the server's cache.
+struct StoreBelow {
+    store: Arc<BlockStore>,
+    /// Handles written since the last checkpoint (to sync then).
+    touched: Mutex<HashSet<u64>>,
+}
+
+impl Below for StoreBelow {
+    async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
+        self.touched.lock().expect("not poisoned").insert(key.file);
+        let store = self.store.clone();
+        let base = key.index * IOD_BLOCK as u64;
+        tokio::task::spawn_blocking(move || {
+            for (at, d) in pieces {
+                store.write(key.file, base + at as u64, &d)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(io::Error::other)
+        .and_then(|r| r)
+        .map_err(|e: io::Error| below_err(&format!("block store write of handle {}", key.file), e))
+    }
+
+    async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
+        let store = self.store.clone();
+        let off = key.index * IOD_BLOCK as u64;
+        tokio::task::spawn_blocking(move || store.read(key.file, off, IOD_BLOCK as u64))
+            .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
+            .map(Bytes::from)
+            .map_err(|e| below_err(&format!("block store read of handle {}", key.file), e))
+    }
+}
+
+fn below_err(what: &str, e: io::Error) -> BelowError {
+    BelowError {
+        errno: e
+            .raw_os_error()
+            .unwrap_or(if e.kind() == io::ErrorKind::StorageFull { 28 } else { 5 }),
+        message: format!("{what}: {e}"),
+    }
 }
 
 struct Iod {
     store: Arc<BlockStore>,
+    cache: Driver<Arc<StoreBelow>>,
+    below: Arc<StoreBelow>,
+    data_dir: PathBuf,
     log: GroupLog,
-    /// Writes hold it shared between logging and applying; a checkpoint
-    /// holds it exclusively, so everything logged is applied when it syncs.
+    /// Writes hold it shared between logging and caching; a checkpoint
+    /// holds it exclusively, so everything logged is in the block store
+    /// when it syncs.
     gate: RwLock<()>,
-    touched: Mutex<HashSet<u64>>,
     checkpoint_bytes: u64,
     checkpointing: std::sync::atomic::AtomicBool,
     reads: AtomicU64,
@@ -63,18 +139,44 @@ impl Iod {
             .map_err(io::Error::other)?
     }
 
-    /// Logs `entry` durably, then applies it to the block store.
-    async fn logged(&self, entry: Entry) -> io::Result<()> {
+    /// Logs a write durably, then puts its bytes in the write cache.
+    async fn write(&self, handle: u64, offset: u64, data: Bytes) -> io::Result<()> {
         let _g = self.gate.read().await;
-        self.log.append(entry.clone()).await?;
+        self.log
+            .append(Entry::Write {
+                handle,
+                offset,
+                data: data.to_vec(),
+            })
+            .await?;
+        self.cache
+            .write(handle, offset, &data)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Truncates or removes: the cache forgets the handle's blocks (a
+    /// truncate first writes them down), then the change is logged and
+    /// applied to the block store.
+    async fn cut(&self, entry: Entry) -> io::Result<()> {
+        let _g = self.gate.read().await;
         let h = entry.handle();
-        self.touched.lock().expect("not poisoned").insert(h);
+        if let Entry::Truncate { .. } = entry {
+            self.cache
+                .flush_file(h)
+                .await
+                .map_err(|e| io::Error::other(e.message))?;
+        }
+        self.cache.discard_file(h, 0).await;
+        self.log.append(entry.clone()).await?;
+        self.below.touched.lock().expect("not poisoned").insert(h);
         self.blocking(move |s| apply(s, &entry)).await
     }
 
     async fn checkpoint(&self) -> io::Result<()> {
         let _g = self.gate.write().await;
-        let touched: Vec<u64> = self.touched.lock().expect("not poisoned").drain().collect();
+        self.cache.flush_all().await.map_err(|e| io::Error::other(e.message))?;
+        let touched: Vec<u64> = self.below.touched.lock().expect("not poisoned").drain().collect();
         self.blocking(move |s| {
             for h in touched {
                 s.sync(h)?;
@@ -115,14 +217,7 @@ impl Handler for IodHandler {
         let resp = match req {
             Request::Write { handle, offset } => {
                 let len = data.len() as u64;
-                match iod
-                    .logged(Entry::Write {
-                        handle,
-                        offset,
-                        data: data.to_vec(),
-                    })
-                    .await
-                {
+                match iod.write(handle, offset, data).await {
                     Ok(()) => {
                         iod.writes.fetch_add(1, Ordering::Relaxed);
                         iod.maybe_checkpoint().await;
@@ -139,16 +234,20 @@ impl Handler for IodHandler {
                     );
                 }
                 iod.reads.fetch_add(1, Ordering::Relaxed);
-                return match iod.blocking(move |s| s.read(handle, offset, len)).await {
-                    Ok(d) => (Response::Data { len: d.len() as u64 }, Bytes::from(d)),
-                    Err(e) => (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
+                let mut buf = vec![0u8; len as usize];
+                return match iod.cache.read(handle, offset, &mut buf).await {
+                    Ok(()) => (Response::Data { len }, Bytes::from(buf)),
+                    Err(e) => (
+                        Response::error(ErrorCode::Io, format!("read of handle {handle}: {e}")),
+                        Bytes::new(),
+                    ),
                 };
             }
-            Request::Truncate { handle, len } => match iod.logged(Entry::Truncate { handle, len }).await {
+            Request::Truncate { handle, len } => match iod.cut(Entry::Truncate { handle, len }).await {
                 Ok(()) => Response::Ok,
                 Err(e) => io_reply(&format!("truncate of handle {handle}"), e),
             },
-            Request::Remove { handle } => match iod.logged(Entry::Remove { handle }).await {
+            Request::Remove { handle } => match iod.cut(Entry::Remove { handle }).await {
                 Ok(()) => Response::Ok,
                 Err(e) => io_reply(&format!("remove of handle {handle}"), e),
             },
@@ -156,13 +255,21 @@ impl Handler for IodHandler {
                 let _ = self.1.send(true);
                 Response::Ok
             }
-            Request::Stats => Response::Stats(ServerStats {
-                role: "iod".into(),
-                log_bytes: iod.log.bytes().await,
-                writes_down: iod.writes.load(Ordering::Relaxed),
-                read_misses: iod.reads.load(Ordering::Relaxed),
-                ..ServerStats::default()
-            }),
+            Request::Stats => {
+                let c = iod.cache.stats();
+                let (capacity_bytes, free_bytes) = crate::capacity(&iod.data_dir);
+                Response::Stats(ServerStats {
+                    role: format!("iod ({})", iod.cache.config().write),
+                    capacity_bytes,
+                    free_bytes,
+                    read_hits: c.read_hits,
+                    read_misses: c.read_misses,
+                    log_bytes: iod.log.bytes().await,
+                    dirty_blocks: iod.cache.dirty_buffers() as u64,
+                    immediate_writes: c.immediate_writes,
+                    writes_down: c.writes,
+                })
+            }
             other => Response::error(ErrorCode::BadRequest, format!("a data server does not serve {other:?}")),
         };
         (resp, Bytes::new())
@@ -187,11 +294,32 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         store.sync_dir()?;
         wal.compact(&[])?;
     }
+    let below = Arc::new(StoreBelow {
+        store: store.clone(),
+        touched: Mutex::new(HashSet::new()),
+    });
+    let cache = Driver::new(
+        CacheConfig {
+            buffers: (cfg.cache_bytes / IOD_BLOCK as u64).max(4) as usize,
+            block_size: IOD_BLOCK,
+            replacement: ReplacementKind::Lru,
+            write: cfg.write_policy,
+            prefetch: PrefetchKind::None,
+            aux_buffers: 0,
+            syncer: None,
+            fill_partial_writes: false,
+        },
+        64,
+        below.clone(),
+    )
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("data server cache: {e}")))?;
     let iod = Arc::new(Iod {
         store,
+        cache,
+        below,
+        data_dir: cfg.data_dir.clone(),
         log: GroupLog::start(wal),
         gate: RwLock::new(()),
-        touched: Mutex::new(HashSet::new()),
         checkpoint_bytes: cfg.checkpoint_bytes,
         checkpointing: false.into(),
         reads: AtomicU64::new(0),

@@ -4,6 +4,18 @@
 pub mod iod;
 pub mod mds;
 
+/// Total and free bytes of the file system holding `dir` ((0, 0) if it
+/// cannot be asked).
+pub fn capacity(dir: &std::path::Path) -> (u64, u64) {
+    match rustix::fs::statvfs(dir) {
+        Ok(v) => (v.f_blocks * v.f_frsize, v.f_bavail * v.f_frsize),
+        Err(e) => {
+            tracing::warn!("statvfs {}: {e}", dir.display());
+            (0, 0)
+        }
+    }
+}
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;

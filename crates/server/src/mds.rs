@@ -147,6 +147,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
 struct Mds {
     db: Database,
     iods: Vec<String>,
+    dir: PathBuf,
 }
 
 struct Tx {
@@ -236,6 +237,7 @@ impl Mds {
         let mds = Mds {
             db,
             iods: cfg.iods.clone(),
+            dir: cfg.data_dir.clone(),
         };
         mds.write(|tx| {
             if tx.get(ROOT).is_err() {
@@ -484,9 +486,11 @@ impl Mds {
             Request::StatFs => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
+                // The metadata store's own disk; clients add the data servers'.
+                let (cap, free) = crate::capacity(&self.dir);
                 Ok(Response::StatFs {
-                    blocks: 1 << 30,
-                    free: 1 << 29,
+                    blocks: cap / 4096,
+                    free: free / 4096,
                     files,
                     block_size: 4096,
                 })
