@@ -201,6 +201,22 @@ pub fn down(a: DataArg) -> Result<()> {
     Ok(())
 }
 
+/// 1536 → "1.5K", in powers of 1024.
+fn human(n: u64) -> String {
+    let mut v = n as f64;
+    for unit in ["", "K", "M", "G", "T"] {
+        if v < 1024.0 || unit == "T" {
+            return if unit.is_empty() {
+                format!("{n}")
+            } else {
+                format!("{v:.1}{unit}")
+            };
+        }
+        v /= 1024.0;
+    }
+    unreachable!()
+}
+
 pub fn status(a: DataArg) -> Result<()> {
     let c = read_cluster(&a.data)?;
     let secret = Secret::load(&a.data.join("secret"))?;
@@ -209,8 +225,8 @@ pub fn status(a: DataArg) -> Result<()> {
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
     rt.block_on(async {
         println!(
-            "{:<8} {:<22} {:>10} {:>12} {:>10}",
-            "server", "address", "state", "log bytes", "writes"
+            "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  policy",
+            "server", "address", "state", "size", "free", "log", "hits", "dirty", "immediate", "misses"
         );
         for (name, addr) in addrs {
             let stats = match Client::connect(&addr, &secret).await {
@@ -219,10 +235,20 @@ pub fn status(a: DataArg) -> Result<()> {
             };
             match stats {
                 Some((Response::Stats(s), _)) => println!(
-                    "{:<8} {:<22} {:>10} {:>12} {:>10}",
-                    name, addr, "up", s.log_bytes, s.writes_down
+                    "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
+                    name,
+                    addr,
+                    "up",
+                    human(s.capacity_bytes),
+                    human(s.free_bytes),
+                    human(s.log_bytes),
+                    s.read_hits,
+                    s.dirty_blocks,
+                    s.immediate_writes,
+                    s.read_misses,
+                    s.role
                 ),
-                _ => println!("{:<8} {:<22} {:>10}", name, addr, "DOWN"),
+                _ => println!("{:<7} {:<16} {:>5}", name, addr, "DOWN"),
             }
         }
     });

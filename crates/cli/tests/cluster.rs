@@ -248,6 +248,17 @@ async fn a_server_that_is_down_is_named() {
     // Another node, whose cache does not hold the file.
     let mut fs = c.fs().await;
     fs.set_retries(2);
+    // Capacity is the data servers' disks, and status shows every server.
+    let st = fs.statfs().await.unwrap();
+    assert!(
+        st.capacity_bytes > 0 && st.free_bytes <= st.capacity_bytes && st.files >= 2,
+        "{st:?}"
+    );
+    let (ok, out, err) = parcache(&["status", "--data", c.d()]);
+    assert!(
+        ok && out.matches(" up ").count() == 3 && out.contains("threshold"),
+        "{out}{err}"
+    );
     let iod0 = c.info()["iods"][0].as_str().unwrap().to_string();
     c.kill9(c.pids()[0]);
     let e = fs.read_at(&a, 0, 200_000).await.unwrap_err().to_string();

@@ -569,3 +569,39 @@ impl Fs {
         Ok(out)
     }
 }
+
+/// What `statfs` reports for the whole cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsStats {
+    /// Sum of the data servers' file systems.
+    pub capacity_bytes: u64,
+    pub free_bytes: u64,
+    /// Files and directories in the namespace.
+    pub files: u64,
+}
+
+impl Fs {
+    /// Capacity and free space summed over the data servers (each asked for
+    /// its disk), and the number of files the metadata server holds.
+    pub async fn statfs(&self) -> Result<FsStats> {
+        let files = match self.md("statfs", Request::StatFs).await? {
+            Response::StatFs { files, .. } => files,
+            other => return Err(FsError::Protocol(format!("statfs: unexpected reply {other:?}"))),
+        };
+        let mut out = FsStats {
+            capacity_bytes: 0,
+            free_bytes: 0,
+            files,
+        };
+        for i in 0..self.data.servers() as u32 {
+            match self.data.call(i, &Request::Stats, &[]).await? {
+                (Response::Stats(s), _) => {
+                    out.capacity_bytes += s.capacity_bytes;
+                    out.free_bytes += s.free_bytes;
+                }
+                (other, _) => return Err(FsError::Protocol(format!("stats of data server {i}: {other:?}"))),
+            }
+        }
+        Ok(out)
+    }
+}

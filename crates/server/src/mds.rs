@@ -520,8 +520,11 @@ impl Mds {
             Request::Stats => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
+                let (capacity_bytes, free_bytes) = crate::capacity(&self.dir);
                 Ok(Response::Stats(ServerStats {
                     role: format!("mds ({files} files)"),
+                    capacity_bytes,
+                    free_bytes,
                     ..ServerStats::default()
                 }))
             }
