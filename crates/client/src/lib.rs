@@ -558,15 +558,26 @@ impl Fs {
     pub async fn read_at(&self, a: &Attr, offset: u64, len: u64) -> Result<Vec<u8>> {
         let st = self.state(a).await?;
         let end = st.size.max(a.size).min(offset.saturating_add(len));
+        let mut out = vec![0u8; end.saturating_sub(offset) as usize];
+        let n = self.read_into(a, offset, &mut out).await?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Reads into `buf` at `offset`; returns how many bytes the file had
+    /// there (fewer than asked at its end). A cache hit costs one copy.
+    pub async fn read_into(&self, a: &Attr, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let st = self.state(a).await?;
+        let end = st.size.max(a.size).min(offset.saturating_add(buf.len() as u64));
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(0);
         }
-        let mut out = vec![0u8; (end - offset) as usize];
+        let n = (end - offset) as usize;
         st.pool
-            .read(a.handle, offset, &mut out)
+            .read(a.handle, offset, &mut buf[..n])
             .await
             .map_err(|e| from_driver(format!("handle {}", a.handle), e))?;
-        Ok(out)
+        Ok(n)
     }
 }
 
