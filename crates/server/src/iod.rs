@@ -209,6 +209,20 @@ fn apply(s: &BlockStore, e: &Entry) -> io::Result<()> {
     }
 }
 
+/// The largest part of one file a data server keeps (16 TiB, ext4's limit
+/// for one file): requests beyond it are refused before anything is logged.
+pub const MAX_PART: u64 = 1 << 44;
+
+fn beyond_limit(what: &str, handle: u64, offset: u64, len: u64) -> Option<Response> {
+    match offset.checked_add(len) {
+        Some(end) if end <= MAX_PART => None,
+        _ => Some(Response::error(
+            ErrorCode::Invalid,
+            format!("{what} of {len} bytes at {offset} of handle {handle}: beyond the limit of {MAX_PART} bytes"),
+        )),
+    }
+}
+
 struct IodHandler(Arc<Iod>, Arc<watch::Sender<bool>>);
 
 impl Handler for IodHandler {
@@ -217,6 +231,9 @@ impl Handler for IodHandler {
         let resp = match req {
             Request::Write { handle, offset } => {
                 let len = data.len() as u64;
+                if let Some(r) = beyond_limit("write", handle, offset, len) {
+                    return (r, Bytes::new());
+                }
                 match iod.write(handle, offset, data).await {
                     Ok(()) => {
                         iod.writes.fetch_add(1, Ordering::Relaxed);
@@ -233,6 +250,9 @@ impl Handler for IodHandler {
                         Bytes::new(),
                     );
                 }
+                if let Some(r) = beyond_limit("read", handle, offset, len) {
+                    return (r, Bytes::new());
+                }
                 iod.reads.fetch_add(1, Ordering::Relaxed);
                 let mut buf = vec![0u8; len as usize];
                 return match iod.cache.read(handle, offset, &mut buf).await {
@@ -243,6 +263,10 @@ impl Handler for IodHandler {
                     ),
                 };
             }
+            Request::Truncate { handle, len } if len > MAX_PART => Response::error(
+                ErrorCode::Invalid,
+                format!("truncate of handle {handle} to {len} bytes: over the limit of {MAX_PART}"),
+            ),
             Request::Truncate { handle, len } => match iod.cut(Entry::Truncate { handle, len }).await {
                 Ok(()) => Response::Ok,
                 Err(e) => io_reply(&format!("truncate of handle {handle}"), e),
