@@ -144,7 +144,14 @@ fn main() -> Result<()> {
     let mem = memcpy(total);
     let (lw, lr, liops) = local_dir(&dir, total, random)?;
     let (cw, cw8, cr, cr8, ciops, chit) = client.block_on(async {
-        let fs = Arc::new(Fs::connect(&mds_addr, &secret).await?);
+        let mut ncfg = parcache_client::NodeCacheConfig::default();
+        if let Some(kib) = std::env::var("PARCACHE_BLOCK_KIB")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            ncfg.block_size = kib << 10;
+        }
+        let fs = Arc::new(Fs::connect_with(&mds_addr, &secret, ncfg.clone()).await?);
         let buf: Vec<u8> = (0..MIB).map(|i| (i * 7) as u8).collect();
         // One request at a time.
         let a = fs.create("/seq1", 0o644, true).await?;
@@ -176,7 +183,7 @@ fn main() -> Result<()> {
         let cw8 = rate(total, t.elapsed().as_secs_f64());
         // Reads from another node, whose cache is cold.
         let writer = fs;
-        let fs = Arc::new(Fs::connect(&mds_addr, &secret).await?);
+        let fs = Arc::new(Fs::connect_with(&mds_addr, &secret, ncfg).await?);
         let a = fs.resolve("/seq1").await?;
         let t = Instant::now();
         for k in 0..mib {

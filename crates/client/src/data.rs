@@ -3,7 +3,7 @@
 //! flight at once, and bounded retries of a server that went away.
 
 use crate::{FsError, Result};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
 use parcache_proto::{Client, Request, Response, Secret};
@@ -136,17 +136,22 @@ impl DataPath {
             return Ok(());
         }
         let p = self.placement(handle)?;
-        let mut parts: Vec<Option<(u64, BytesMut)>> = vec![None; p.servers.len()];
+        // Each server's chunks of the range are contiguous on it: one
+        // request each, copied into one buffer only when there are several.
+        let mut parts: Vec<Option<(u64, Vec<&[u8]>)>> = vec![None; p.servers.len()];
         for c in p.layout.chunks(offset, data.len() as u64) {
             let slice = &data[(c.file_offset - offset) as usize..(c.file_offset - offset + c.len) as usize];
-            let part = &mut parts[c.server as usize];
-            match part {
-                Some((_, buf)) => buf.extend_from_slice(slice),
-                None => *part = Some((c.server_offset, BytesMut::from(slice))),
+            match &mut parts[c.server as usize] {
+                Some((_, v)) => v.push(slice),
+                part => *part = Some((c.server_offset, vec![slice])),
             }
         }
         let calls = parts.into_iter().enumerate().filter_map(|(pos, part)| {
-            let (server_offset, buf) = part?;
+            let (server_offset, slices) = part?;
+            let buf: std::borrow::Cow<[u8]> = match slices.as_slice() {
+                [one] => std::borrow::Cow::Borrowed(one),
+                many => std::borrow::Cow::Owned(many.concat()),
+            };
             let req = Request::Write {
                 handle,
                 offset: server_offset,

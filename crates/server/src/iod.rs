@@ -146,7 +146,7 @@ impl Iod {
             .append(Entry::Write {
                 handle,
                 offset,
-                data: data.to_vec(),
+                data: data.clone(),
             })
             .await?;
         self.cache

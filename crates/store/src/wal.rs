@@ -14,9 +14,18 @@ use std::io;
 /// One logged change to a server's part of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
-    Write { handle: u64, offset: u64, data: Vec<u8> },
-    Truncate { handle: u64, len: u64 },
-    Remove { handle: u64 },
+    Write {
+        handle: u64,
+        offset: u64,
+        data: bytes::Bytes,
+    },
+    Truncate {
+        handle: u64,
+        len: u64,
+    },
+    Remove {
+        handle: u64,
+    },
 }
 
 impl Entry {
@@ -28,7 +37,7 @@ impl Entry {
 
     fn encode(&self, out: &mut Vec<u8>) {
         let (kind, handle, a, data): (u8, u64, u64, &[u8]) = match self {
-            Entry::Write { handle, offset, data } => (1, *handle, *offset, data),
+            Entry::Write { handle, offset, data } => (1, *handle, *offset, &data[..]),
             Entry::Truncate { handle, len } => (2, *handle, *len, &[]),
             Entry::Remove { handle } => (3, *handle, 0, &[]),
         };
@@ -58,7 +67,7 @@ impl Entry {
             1 => Entry::Write {
                 handle,
                 offset: a,
-                data: body[17..].to_vec(),
+                data: bytes::Bytes::copy_from_slice(&body[17..]),
             },
             2 if len == 17 => Entry::Truncate { handle, len: a },
             3 if len == 17 => Entry::Remove { handle },
@@ -193,7 +202,7 @@ mod tests {
         Entry::Write {
             handle,
             offset,
-            data: data.to_vec(),
+            data: bytes::Bytes::copy_from_slice(data),
         }
     }
 

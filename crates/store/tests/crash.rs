@@ -39,7 +39,7 @@ proptest! {
         for o in ops {
             match o {
                 Op::Append(h, off, d) => {
-                    let e = Entry::Write { handle: h, offset: off, data: d };
+                    let e = Entry::Write { handle: h, offset: off, data: d.into() };
                     log.append(&e).unwrap();
                     history.push(e);
                 }
@@ -75,7 +75,7 @@ async fn group_commit_shares_syncs_and_loses_nothing_acknowledged() {
                 log.append(Entry::Write {
                     handle: i,
                     offset: i,
-                    data: vec![i as u8; 100],
+                    data: vec![i as u8; 100].into(),
                 })
                 .await
             })
@@ -103,7 +103,7 @@ fn a_real_log_file_replays_and_cuts_a_corrupt_tail() {
     let e1 = Entry::Write {
         handle: 7,
         offset: 4096,
-        data: b"durable".to_vec(),
+        data: b"durable".to_vec().into(),
     };
     {
         let (mut log, _) = Wal::open(FileMedia::open(&path).unwrap()).unwrap();
@@ -183,7 +183,7 @@ async fn a_full_disk_is_reported_and_the_log_stays_consistent() {
         let e = Entry::Write {
             handle: 1,
             offset: i * 50,
-            data: vec![i as u8; 50],
+            data: vec![i as u8; 50].into(),
         };
         match log.append(e.clone()).await {
             Ok(()) => acked.push(e),
