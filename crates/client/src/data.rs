@@ -23,6 +23,9 @@ struct Iod {
     conn: Mutex<Option<Client>>,
 }
 
+/// One server's share of a write: where it starts there, and its chunks.
+type ServerPart<'a> = (u64, Vec<&'a [u8]>);
+
 /// A file's placement: its stripe layout and the data servers it uses.
 #[derive(Clone, Debug)]
 pub struct Placement {
@@ -138,7 +141,7 @@ impl DataPath {
         let p = self.placement(handle)?;
         // Each server's chunks of the range are contiguous on it: one
         // request each, copied into one buffer only when there are several.
-        let mut parts: Vec<Option<(u64, Vec<&[u8]>)>> = vec![None; p.servers.len()];
+        let mut parts: Vec<Option<ServerPart>> = vec![None; p.servers.len()];
         for c in p.layout.chunks(offset, data.len() as u64) {
             let slice = &data[(c.file_offset - offset) as usize..(c.file_offset - offset + c.len) as usize];
             match &mut parts[c.server as usize] {
