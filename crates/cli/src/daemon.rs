@@ -87,7 +87,7 @@ pub fn secret(a: SecretArgs) -> Result<()> {
     Ok(())
 }
 
-fn logging() {
+pub fn logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PARCACHE_LOG").unwrap_or_else(|_| "info".into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -26,7 +26,7 @@ pub struct Target {
 }
 
 impl Target {
-    async fn connect(&self) -> Result<Fs> {
+    pub async fn connect(&self) -> Result<Fs> {
         let (mds, secret) = match (&self.data, &self.mds) {
             (Some(dir), None) => (read_cluster(dir)?.mds, Secret::load(&dir.join("secret"))?),
             (None, Some(mds)) => {

@@ -3,6 +3,7 @@
 mod cluster;
 mod daemon;
 mod fs;
+mod mount;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,8 @@ enum Command {
     /// Set or show a file's or directory's policies.
     #[command(subcommand)]
     Policy(fs::PolicyCommand),
+    /// Mount the cluster as a FUSE file system (runs until unmounted).
+    Mount(mount::MountArgs),
 }
 
 fn main() {
@@ -70,6 +73,7 @@ fn main() {
         Command::Rm(a) => fs::rm(a),
         Command::Stat(a) => fs::stat(a),
         Command::Policy(c) => fs::policy(c),
+        Command::Mount(a) => mount::mount(a),
     };
     if let Err(e) = result {
         // A reader that went away (`| head`) is not an error.

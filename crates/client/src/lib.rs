@@ -244,7 +244,7 @@ impl Fs {
             st.pool.discard_file(a.handle, 0).await;
             self.update(a.handle, |s| {
                 s.version = a.version;
-                s.size = s.size.max(a.size);
+                s.size = a.size;
             });
         }
         st.pool.open(a.handle, st.size.max(a.size));
@@ -367,89 +367,122 @@ impl Fs {
 
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        self.md_attr(
-            path,
-            Request::Create {
-                parent: dir.handle,
-                name,
-                mode,
-                exclusive,
-            },
-        )
-        .await
+        self.create_at(dir.handle, &name, mode, exclusive).await
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        self.md_attr(
-            path,
-            Request::Mkdir {
-                parent: dir.handle,
-                name,
-                mode,
-            },
-        )
-        .await
+        self.mkdir_at(dir.handle, &name, mode).await
     }
 
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let d = self.resolve(path).await?;
-        match self.md(path, Request::ReadDir { handle: d.handle }).await? {
-            Response::Entries(e) => Ok(e),
-            other => Err(FsError::Protocol(format!("{path}: unexpected reply {other:?}"))),
-        }
+        self.readdir_handle(d.handle).await
     }
 
     /// Removes a file; its data goes from the data servers when its last link does.
     pub async fn unlink(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        if let Response::Attr(gone) = self
-            .md(
-                path,
-                Request::Unlink {
-                    parent: dir.handle,
-                    name,
-                },
-            )
-            .await?
-        {
-            self.remove_data(&gone).await?;
-        }
-        Ok(())
+        self.unlink_at(dir.handle, &name).await
     }
 
     pub async fn rmdir(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        self.md(
-            path,
-            Request::Rmdir {
-                parent: dir.handle,
-                name,
-            },
-        )
-        .await
-        .map(|_| ())
+        self.rmdir_at(dir.handle, &name).await
     }
 
     /// Renames, replacing an existing target (whose data goes if it was the last link).
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (d1, n1) = self.parent(from).await?;
         let (d2, n2) = self.parent(to).await?;
-        if let Response::Attr(gone) = self
-            .md(
-                from,
-                Request::Rename {
-                    parent: d1.handle,
-                    name: n1,
-                    new_parent: d2.handle,
-                    new_name: n2,
-                },
-            )
-            .await?
-        {
+        self.rename_at(d1.handle, &n1, d2.handle, &n2).await
+    }
+
+    // Handle-based calls, as a mount sees the namespace: (directory, name).
+
+    /// The entry `name` of directory `parent`.
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+        let req = Request::Lookup {
+            parent,
+            name: name.to_string(),
+        };
+        self.md_attr(name, req).await
+    }
+
+    pub async fn create_at(&self, parent: u64, name: &str, mode: u32, exclusive: bool) -> Result<Attr> {
+        let req = Request::Create {
+            parent,
+            name: name.to_string(),
+            mode,
+            exclusive,
+        };
+        self.md_attr(name, req).await
+    }
+
+    pub async fn mkdir_at(&self, parent: u64, name: &str, mode: u32) -> Result<Attr> {
+        let req = Request::Mkdir {
+            parent,
+            name: name.to_string(),
+            mode,
+        };
+        self.md_attr(name, req).await
+    }
+
+    pub async fn readdir_handle(&self, handle: u64) -> Result<Vec<DirEntry>> {
+        let what = format!("directory {handle}");
+        match self.md(&what, Request::ReadDir { handle }).await? {
+            Response::Entries(e) => Ok(e),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn unlink_at(&self, parent: u64, name: &str) -> Result<()> {
+        let req = Request::Unlink {
+            parent,
+            name: name.to_string(),
+        };
+        if let Response::Attr(gone) = self.md(name, req).await? {
             self.remove_data(&gone).await?;
         }
         Ok(())
+    }
+
+    pub async fn rmdir_at(&self, parent: u64, name: &str) -> Result<()> {
+        let req = Request::Rmdir {
+            parent,
+            name: name.to_string(),
+        };
+        self.md(name, req).await.map(|_| ())
+    }
+
+    pub async fn rename_at(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) -> Result<()> {
+        let req = Request::Rename {
+            parent,
+            name: name.to_string(),
+            new_parent,
+            new_name: new_name.to_string(),
+        };
+        if let Response::Attr(gone) = self.md(name, req).await? {
+            self.remove_data(&gone).await?;
+        }
+        Ok(())
+    }
+
+    /// Changes mode, owner or times (a size goes through [`Fs::truncate`]).
+    pub async fn setattr(&self, handle: u64, set: SetAttr) -> Result<Attr> {
+        self.md_attr(&format!("handle {handle}"), Request::SetAttr { handle, set })
+            .await
+    }
+
+    /// The size of a file as this node wrote it, while the metadata server
+    /// does not know it yet (`None` when it does).
+    pub fn local_size(&self, handle: u64) -> Option<u64> {
+        self.files
+            .lock()
+            .expect("not poisoned")
+            .get(&handle)
+            .filter(|s| s.unreported)
+            .map(|s| s.size)
     }
 
     async fn remove_data(&self, a: &Attr) -> Result<()> {

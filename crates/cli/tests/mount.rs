@@ -1,0 +1,215 @@
+//! The FUSE mount as unmodified programs see it: a real cluster (`parcache
+//! up`), real mounts (`parcache mount`), std::fs and standard tools. Two
+//! mounts of one cluster act as two nodes with separate caches.
+
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn parcache(args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args(args)
+        .env("PARCACHE_LOG", "warn")
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+fn mounted(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap()))
+}
+
+struct Mounted {
+    child: Child,
+    at: PathBuf,
+}
+
+impl Mounted {
+    fn new(cluster: &Path, at: PathBuf) -> Mounted {
+        std::fs::create_dir_all(&at).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_parcache"))
+            .args(["mount", "--data", cluster.to_str().unwrap(), at.to_str().unwrap()])
+            .env("PARCACHE_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !mounted(&at) {
+            assert!(t.elapsed() < Duration::from_secs(20), "{} did not mount", at.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Mounted { child, at }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.at.join(rel)
+    }
+    /// Unmounts as a user would; the mount process pushes its dirty data and exits 0.
+    fn unmount(mut self) {
+        let ok = Command::new("fusermount3").arg("-u").arg(&self.at).status().unwrap();
+        assert!(ok.success(), "fusermount3 -u");
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert!(s.success(), "parcache mount exited with {s}");
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "parcache mount did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if mounted(&self.at) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.at).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Cluster(PathBuf);
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        parcache(&["down", "--data", self.0.to_str().unwrap()]);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn errno(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn posix_operations_and_two_nodes_through_the_mount() {
+    let base = std::env::temp_dir().join(format!("parcache-mount-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "3"]);
+    assert!(ok, "{err}");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let b = Mounted::new(&cluster.0, base.join("b"));
+
+    // Create, write, read back, stat.
+    std::fs::write(a.p("hello.txt"), b"hello, parcache\n").unwrap();
+    assert_eq!(std::fs::read(a.p("hello.txt")).unwrap(), b"hello, parcache\n");
+    assert_eq!(std::fs::metadata(a.p("hello.txt")).unwrap().len(), 16);
+    // Close-to-open: closed on node a, opened on node b.
+    assert_eq!(std::fs::read(b.p("hello.txt")).unwrap(), b"hello, parcache\n");
+    std::fs::write(b.p("hello.txt"), b"changed on b").unwrap();
+    assert_eq!(std::fs::read(a.p("hello.txt")).unwrap(), b"changed on b");
+
+    // Directories and their errors.
+    std::fs::create_dir(a.p("d")).unwrap();
+    assert_eq!(errno(std::fs::create_dir(a.p("d")).unwrap_err()), 17, "EEXIST");
+    std::fs::write(a.p("d/f"), b"x").unwrap();
+    assert_eq!(errno(std::fs::remove_dir(a.p("d")).unwrap_err()), 39, "ENOTEMPTY");
+    assert_eq!(std::fs::read(a.p("missing")).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(errno(std::fs::read_dir(a.p("hello.txt")).unwrap_err()), 20, "ENOTDIR");
+    let mut names: Vec<String> = std::fs::read_dir(a.p(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["d", "hello.txt"]);
+
+    // Exclusive create, rename over an existing target, unlink.
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(a.p("d/f"))
+        .unwrap_err();
+    assert_eq!(errno(e), 17, "O_EXCL on an existing file");
+    std::fs::write(a.p("d/g"), b"to be replaced").unwrap();
+    std::fs::rename(a.p("d/f"), a.p("d/g")).unwrap();
+    assert_eq!(std::fs::read(a.p("d/g")).unwrap(), b"x");
+    assert!(!a.p("d/f").exists());
+    std::fs::remove_file(a.p("d/g")).unwrap();
+    std::fs::remove_dir(a.p("d")).unwrap();
+
+    // O_APPEND, truncate down and up (sparse: zeros), seek and overwrite.
+    std::fs::write(a.p("t"), b"0123456789").unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(a.p("t")).unwrap();
+    f.write_all(b"ab").unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(a.p("t")).unwrap(), b"0123456789ab");
+    let f = std::fs::OpenOptions::new().write(true).open(a.p("t")).unwrap();
+    f.set_len(4).unwrap();
+    f.set_len(100_000).unwrap();
+    drop(f);
+    let got = std::fs::read(a.p("t")).unwrap();
+    assert_eq!(got.len(), 100_000);
+    assert_eq!(&got[..4], b"0123");
+    assert!(got[4..].iter().all(|&x| x == 0), "truncate up reads zeros");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.p("t"))
+        .unwrap();
+    f.seek(SeekFrom::Start(70_000)).unwrap();
+    f.write_all(b"middle").unwrap();
+    f.seek(SeekFrom::Start(69_998)).unwrap();
+    let mut buf = [0u8; 10];
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"\0\0middle\0\0");
+    f.sync_all().unwrap();
+    drop(f);
+
+    // Permissions: mode bits as given (umask applied), chmod.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o640)
+        .open(a.p("m"))
+        .unwrap();
+    drop(f);
+    assert_eq!(std::fs::metadata(a.p("m")).unwrap().mode() & 0o777, 0o640 & !umask());
+    std::fs::set_permissions(a.p("m"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(std::fs::metadata(b.p("m")).unwrap().mode() & 0o777, 0o600);
+
+    // A large file through `cp`, byte-identical on the other node.
+    let src = base.join("big.bin");
+    let data: Vec<u8> = (0..(12 << 20) + 77u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let ok = Command::new("cp").arg(&src).arg(a.p("big.bin")).status().unwrap();
+    assert!(ok.success());
+    assert!(
+        std::fs::read(b.p("big.bin")).unwrap() == data,
+        "big file on the other node"
+    );
+
+    // statfs: the data servers' disks.
+    let out = Command::new("df").arg("-k").arg(&a.at).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("parcache"), "{out:?}");
+
+    a.unmount();
+    b.unmount();
+    // Everything is in the cluster after the mounts are gone.
+    let (ok, out, err) = parcache(&["cat", "--data", cluster.0.to_str().unwrap(), "pc:/hello.txt"]);
+    assert!(ok && out == "changed on b", "{out}{err}");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn umask() -> u32 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
+}

@@ -1,0 +1,517 @@
+//! parcache-fuse: parcache as a FUSE file system, a front end of the node
+//! client (DESIGN.md §2, "mount"). Every process on the node goes through
+//! one [`Fs`], so they share the node cache, as the kernel-level local cache
+//! of Vilayannur et al. 2003 is shared.
+//!
+//! fuser calls this code on its session thread; each request is handed to a
+//! tokio task, so requests run concurrently and a slow one does not hold up
+//! the rest. Inode numbers are the metadata server's handles (the root is 1
+//! in both). Attributes and entries are given to the kernel with a zero
+//! time-to-live: a file changed by another node is seen at its next
+//! `stat` (close-to-open needs no more).
+
+use fuser::{
+    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+};
+use parcache_client::{Fs, FsError};
+use parcache_proto::{Attr, FileKind, SetAttr, Timestamp};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use fuser::{BackgroundSession, MountOption};
+
+const TTL: Duration = Duration::ZERO;
+/// Largest read and write the kernel sends at once (without it, buffered
+/// writes arrive in 4 KiB pieces).
+const MAX_IO: u32 = 1 << 20;
+
+/// The mounted file system.
+pub struct Mount {
+    fs: Arc<Fs>,
+    rt: tokio::runtime::Handle,
+    /// Attributes of open files (their layouts), by handle.
+    open: Arc<Mutex<HashMap<u64, (Attr, u32)>>>,
+}
+
+impl Mount {
+    /// A mount served by `fs`, running requests on `rt`.
+    pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
+        Mount {
+            fs,
+            rt,
+            open: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Mounts at `mountpoint` and serves in the background until the
+    /// returned session is dropped (which unmounts).
+    pub fn spawn(self, mountpoint: &Path) -> std::io::Result<BackgroundSession> {
+        let opts = [
+            MountOption::FSName("parcache".into()),
+            MountOption::Subtype("parcache".into()),
+            MountOption::DefaultPermissions,
+            MountOption::AllowOther,
+            MountOption::RW,
+        ];
+        fuser::spawn_mount2(self, mountpoint, &opts)
+    }
+
+    fn run<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
+        self.rt.spawn(f);
+    }
+}
+
+fn errno(e: &FsError) -> i32 {
+    e.errno()
+}
+
+fn time(t: Timestamp) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+fn stamp(t: TimeOrNow) -> Timestamp {
+    let st = match t {
+        TimeOrNow::SpecificTime(s) => s,
+        TimeOrNow::Now => SystemTime::now(),
+    };
+    let d = st.duration_since(UNIX_EPOCH).unwrap_or_default();
+    Timestamp {
+        secs: d.as_secs() as i64,
+        nanos: d.subsec_nanos(),
+    }
+}
+
+fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
+/// The kernel's view of a file: the size includes this node's writes not
+/// yet reported to the metadata server.
+fn file_attr(fs: &Fs, a: &Attr) -> FileAttr {
+    let size = a.size.max(fs.local_size(a.handle).unwrap_or(0));
+    FileAttr {
+        ino: a.handle,
+        size,
+        blocks: size.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: kind(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 64 << 10,
+        flags: 0,
+    }
+}
+
+fn name_of(name: &OsStr) -> Result<String, i32> {
+    name.to_str().map(str::to_string).ok_or(22)
+}
+
+impl Mount {
+    /// The attributes of an open file, or from the metadata server.
+    fn attr_of(&self, ino: u64) -> impl Future<Output = Result<Attr, FsError>> + Send + 'static {
+        let known = self
+            .open
+            .lock()
+            .expect("not poisoned")
+            .get(&ino)
+            .map(|(a, _)| a.clone());
+        let fs = self.fs.clone();
+        async move {
+            match known {
+                Some(a) => Ok(a),
+                None => fs.getattr(ino).await,
+            }
+        }
+    }
+}
+
+impl Filesystem for Mount {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {
+        let _ = config.set_max_write(MAX_IO);
+        let _ = config.set_max_readahead(MAX_IO);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        let fs = self.fs.clone();
+        if let Err(e) = self.rt.block_on(fs.shutdown()) {
+            tracing::error!("pushing dirty data at unmount: {e}");
+        }
+    }
+
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        let fs = self.fs.clone();
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        self.run(async move {
+            match fs.lookup(parent, &name).await {
+                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        let fs = self.fs.clone();
+        self.run(async move {
+            match fs.getattr(ino).await {
+                Ok(a) => reply.attr(&TTL, &file_attr(&fs, &a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        let open = self.open.clone();
+        self.run(async move {
+            let r = async {
+                let mut a = attr.await?;
+                if let Some(size) = size {
+                    a = fs.truncate(&a, size).await?;
+                    if let Some(e) = open.lock().expect("not poisoned").get_mut(&ino) {
+                        e.0 = a.clone();
+                    }
+                }
+                if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
+                    let set = SetAttr {
+                        mode,
+                        uid,
+                        gid,
+                        size: None,
+                        atime: atime.map(stamp),
+                        mtime: mtime.map(stamp),
+                    };
+                    a = fs.setattr(ino, set).await?;
+                }
+                Ok::<_, FsError>(a)
+            };
+            match r.await {
+                Ok(a) => reply.attr(&TTL, &file_attr(&fs, &a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let fs = self.fs.clone();
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.run(async move {
+            let r = async {
+                let a = fs.mkdir_at(parent, &name, mode & !umask).await?;
+                owned(&fs, a, uid, gid).await
+            };
+            match r.await {
+                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        self.run(async move {
+            match fs.unlink_at(parent, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        self.run(async move {
+            match fs.rmdir_at(parent, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn rename(
+        &mut self,
+        _req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        const RENAME_NOREPLACE: u32 = 1;
+        let fs = self.fs.clone();
+        let (name, newname) = match (name_of(name), name_of(newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            _ => return reply.error(22),
+        };
+        self.run(async move {
+            if flags & RENAME_NOREPLACE != 0 && fs.lookup(newparent, &newname).await.is_ok() {
+                return reply.error(17);
+            }
+            match fs.rename_at(parent, &name, newparent, &newname).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        let fs = self.fs.clone();
+        let open = self.open.clone();
+        self.run(async move {
+            let r = async {
+                let a = fs.getattr(ino).await?;
+                fs.open(&a).await?;
+                Ok::<_, FsError>(a)
+            };
+            match r.await {
+                Ok(a) => {
+                    open.lock().expect("not poisoned").entry(ino).or_insert((a, 0)).1 += 1;
+                    reply.opened(0, 0)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        const O_EXCL: i32 = 0o200;
+        let fs = self.fs.clone();
+        let open = self.open.clone();
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.run(async move {
+            let r = async {
+                let a = fs.create_at(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
+                let a = owned(&fs, a, uid, gid).await?;
+                fs.open(&a).await?;
+                Ok::<_, FsError>(a)
+            };
+            match r.await {
+                Ok(a) => {
+                    open.lock()
+                        .expect("not poisoned")
+                        .entry(a.handle)
+                        .or_insert((a.clone(), 0))
+                        .1 += 1;
+                    reply.created(&TTL, &file_attr(&fs, &a), 0, 0, 0)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        self.run(async move {
+            let r = async { fs.read_at(&attr.await?, offset.max(0) as u64, size as u64).await };
+            match r.await {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        let data = data.to_vec();
+        self.run(async move {
+            let r = async { fs.write_at(&attr.await?, offset.max(0) as u64, &data).await };
+            match r.await {
+                Ok(()) => reply.written(data.len() as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    /// Every close(2) of a descriptor: under close-to-open the file's dirty
+    /// blocks go down and its size reaches the metadata server.
+    fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        self.run(async move {
+            let r = async { fs.close(&attr.await?).await };
+            match r.await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let mut open = self.open.lock().expect("not poisoned");
+        if let Some(e) = open.get_mut(&ino) {
+            e.1 -= 1;
+            if e.1 == 0 {
+                open.remove(&ino);
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        self.run(async move {
+            let r = async { fs.fsync(&attr.await?).await };
+            match r.await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
+        let fs = self.fs.clone();
+        self.run(async move {
+            match fs.readdir_handle(ino).await {
+                Ok(entries) => {
+                    let dots = [
+                        (ino, FileType::Directory, ".".to_string()),
+                        (ino, FileType::Directory, "..".to_string()),
+                    ];
+                    let all = dots
+                        .into_iter()
+                        .chain(entries.into_iter().map(|e| (e.handle, kind(e.kind), e.name)));
+                    for (i, (h, k, n)) in all.enumerate().skip(offset.max(0) as usize) {
+                        if reply.add(h, i as i64 + 1, k, n) {
+                            break;
+                        }
+                    }
+                    reply.ok()
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        let fs = self.fs.clone();
+        self.run(async move {
+            match fs.statfs().await {
+                Ok(s) => {
+                    let bs = 4096u64;
+                    reply.statfs(
+                        s.capacity_bytes / bs,
+                        s.free_bytes / bs,
+                        s.free_bytes / bs,
+                        s.files,
+                        u32::MAX as u64,
+                        bs as u32,
+                        255,
+                        bs as u32,
+                    )
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+}
+
+/// New files and directories belong to the caller, as on a local file system.
+async fn owned(fs: &Fs, a: Attr, uid: u32, gid: u32) -> Result<Attr, FsError> {
+    if a.uid == uid && a.gid == gid {
+        return Ok(a);
+    }
+    let set = SetAttr {
+        uid: Some(uid),
+        gid: Some(gid),
+        ..SetAttr::default()
+    };
+    fs.setattr(a.handle, set).await
+}
