@@ -193,6 +193,80 @@ fn posix_operations_and_two_nodes_through_the_mount() {
         "big file on the other node"
     );
 
+    // Symbolic and hard links.
+    std::os::unix::fs::symlink("hello.txt", a.p("sym")).unwrap();
+    assert_eq!(std::fs::read_link(b.p("sym")).unwrap(), Path::new("hello.txt"));
+    assert_eq!(std::fs::read(b.p("sym")).unwrap(), b"changed on b");
+    std::fs::hard_link(a.p("hello.txt"), a.p("hard")).unwrap();
+    assert_eq!(std::fs::metadata(a.p("hello.txt")).unwrap().nlink(), 2);
+    std::fs::remove_file(a.p("hello.txt")).unwrap();
+    assert_eq!(
+        std::fs::read(a.p("hard")).unwrap(),
+        b"changed on b",
+        "the data stays with the last link"
+    );
+    assert_eq!(std::fs::metadata(a.p("hard")).unwrap().nlink(), 1);
+    std::fs::rename(a.p("hard"), a.p("hello.txt")).unwrap();
+
+    // A file's policies as extended attributes.
+    let attr = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let t = a.p("t");
+    let t = t.to_str().unwrap();
+    let (ok, out) = attr(&["getfattr", "--absolute-names", "-n", "user.parcache.write", t]);
+    assert!(ok && out.contains("write-full"), "the default shows: {out}");
+    let (ok, out) = attr(&["setfattr", "-n", "user.parcache.write", "-v", "write-back", t]);
+    assert!(ok, "{out}");
+    let (ok, out) = attr(&[
+        "getfattr",
+        "--absolute-names",
+        "-d",
+        "-m",
+        "user.parcache",
+        b.p("t").to_str().unwrap(),
+    ]);
+    assert!(ok && out.contains("user.parcache.write=\"write-back\""), "{out}");
+    let (ok, out) = attr(&["setfattr", "-n", "user.parcache.write", "-v", "write-fool", t]);
+    assert!(!ok, "a bad policy is refused: {out}");
+    assert_eq!(
+        std::fs::read(a.p("t")).unwrap().len(),
+        100_000,
+        "the file is intact after its policy changed"
+    );
+
+    // Standard tools: tar a source tree in and out byte-identically; git.
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core");
+    let run = |cmd: &str, dir: &Path| {
+        let o = Command::new("sh").arg("-c").arg(cmd).current_dir(dir).output().unwrap();
+        assert!(o.status.success(), "{cmd}: {}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    std::fs::create_dir(a.p("src")).unwrap();
+    run(
+        &format!(
+            "tar -C {} -cf - . | tar -C {} -xf -",
+            tree.display(),
+            a.p("src").display()
+        ),
+        &base,
+    );
+    let listing = |dir: &Path| run("find . -type f | sort | xargs sha256sum", dir);
+    assert_eq!(
+        listing(&b.p("src")),
+        listing(&tree),
+        "tar through the mount, seen on the other node"
+    );
+    run(
+        "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline",
+        &a.p("src"),
+    );
+    run("git status --porcelain && git fsck --no-progress", &a.p("src"));
+
     // statfs: the data servers' disks.
     let out = Command::new("df").arg("-k").arg(&a.at).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("parcache"), "{out:?}");

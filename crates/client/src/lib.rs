@@ -468,6 +468,65 @@ impl Fs {
         Ok(())
     }
 
+    pub async fn symlink_at(&self, parent: u64, name: &str, target: &str) -> Result<Attr> {
+        let req = Request::Symlink {
+            parent,
+            name: name.to_string(),
+            target: target.to_string(),
+        };
+        self.md_attr(name, req).await
+    }
+
+    pub async fn readlink(&self, handle: u64) -> Result<String> {
+        let what = format!("handle {handle}");
+        match self.md(&what, Request::ReadLink { handle }).await? {
+            Response::Target(t) => Ok(t),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// A hard link to `handle` as `new_name` in `new_parent`.
+    pub async fn link_at(&self, handle: u64, new_parent: u64, new_name: &str) -> Result<Attr> {
+        let req = Request::Link {
+            handle,
+            new_parent,
+            new_name: new_name.to_string(),
+        };
+        self.md_attr(new_name, req).await
+    }
+
+    /// Sets a policy of a file or directory by handle (see [`Fs::set_policy`]).
+    pub async fn set_policy_handle(&self, handle: u64, key: &str, value: &str) -> Result<Vec<(String, String)>> {
+        let what = format!("handle {handle}");
+        let req = Request::SetPolicy {
+            handle,
+            key: key.into(),
+            value: value.into(),
+        };
+        match self.md(&what, req).await? {
+            Response::Policies(p) => {
+                let known = self.files.lock().expect("not poisoned").remove(&handle);
+                if let Some(st) = known {
+                    st.pool
+                        .flush_file(handle)
+                        .await
+                        .map_err(|e| from_below(what.clone(), e))?;
+                    st.pool.discard_file(handle, 0).await;
+                }
+                Ok(p)
+            }
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn get_policy_handle(&self, handle: u64) -> Result<Vec<(String, String)>> {
+        let what = format!("handle {handle}");
+        match self.md(&what, Request::GetPolicy { handle }).await? {
+            Response::Policies(p) => Ok(p),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
     /// Changes mode, owner or times (a size goes through [`Fs::truncate`]).
     pub async fn setattr(&self, handle: u64, set: SetAttr) -> Result<Attr> {
         self.md_attr(&format!("handle {handle}"), Request::SetAttr { handle, set })
@@ -499,31 +558,14 @@ impl Fs {
 
     pub async fn set_policy(&self, path: &str, key: &str, value: &str) -> Result<Vec<(String, String)>> {
         let a = self.resolve(path).await?;
-        match self
-            .md(
-                path,
-                Request::SetPolicy {
-                    handle: a.handle,
-                    key: key.into(),
-                    value: value.into(),
-                },
-            )
-            .await?
-        {
-            Response::Policies(p) => {
-                // The file's blocks move to the pool of its new policies.
-                let known = self.files.lock().expect("not poisoned").remove(&a.handle);
-                if let Some(st) = known {
-                    st.pool
-                        .flush_file(a.handle)
-                        .await
-                        .map_err(|e| from_below(path.to_string(), e))?;
-                    st.pool.discard_file(a.handle, 0).await;
-                }
-                Ok(p)
-            }
-            other => Err(FsError::Protocol(format!("{path}: unexpected reply {other:?}"))),
-        }
+        self.set_policy_handle(a.handle, key, value).await.map_err(|e| match e {
+            FsError::Remote { code, message, .. } => FsError::Remote {
+                path: path.to_string(),
+                code,
+                message,
+            },
+            e => e,
+        })
     }
 
     pub async fn get_policy(&self, path: &str) -> Result<Vec<(String, String)>> {

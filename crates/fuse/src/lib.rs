@@ -12,9 +12,9 @@
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
-use parcache_client::{Fs, FsError};
+use parcache_client::{FilePolicies, Fs, FsError};
 use parcache_proto::{Attr, FileKind, SetAttr, Timestamp};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -480,6 +480,118 @@ impl Filesystem for Mount {
         });
     }
 
+    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let fs = self.fs.clone();
+        let (name, target) = match (name_of(link_name), target.to_str()) {
+            (Ok(n), Some(t)) => (n, t.to_string()),
+            _ => return reply.error(22),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        self.run(async move {
+            let r = async { owned(&fs, fs.symlink_at(parent, &name, &target).await?, uid, gid).await };
+            match r.await {
+                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        let fs = self.fs.clone();
+        self.run(async move {
+            match fs.readlink(ino).await {
+                Ok(t) => reply.data(t.as_bytes()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+        let fs = self.fs.clone();
+        let name = match name_of(newname) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        self.run(async move {
+            match fs.link_at(ino, newparent, &name).await {
+                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        const ENOTSUP: i32 = 95;
+        let Some(key) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(XATTR_PREFIX))
+            .map(str::to_string)
+        else {
+            return reply.error(ENOTSUP);
+        };
+        let Ok(value) = std::str::from_utf8(value).map(|v| v.trim_end_matches('\0').to_string()) else {
+            return reply.error(22);
+        };
+        let fs = self.fs.clone();
+        self.run(async move {
+            match fs.set_policy_handle(ino, &key, &value).await {
+                Ok(_) => reply.ok(),
+                Err(e) => {
+                    tracing::warn!("setxattr {XATTR_PREFIX}{key}={value}: {e}");
+                    reply.error(errno(&e))
+                }
+            }
+        });
+    }
+
+    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+        const ENODATA: i32 = 61;
+        let Some(key) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(XATTR_PREFIX))
+            .map(str::to_string)
+        else {
+            return reply.error(ENODATA);
+        };
+        let fs = self.fs.clone();
+        self.run(async move {
+            match policy_values(&fs, ino).await {
+                Ok(vals) => match vals.iter().find(|(k, _)| *k == key) {
+                    Some((_, v)) => xattr_reply(reply, size, v.as_bytes()),
+                    None => reply.error(ENODATA),
+                },
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        let fs = self.fs.clone();
+        self.run(async move {
+            match policy_values(&fs, ino).await {
+                Ok(vals) => {
+                    let mut names = Vec::new();
+                    for (k, _) in vals {
+                        names.extend_from_slice(XATTR_PREFIX.as_bytes());
+                        names.extend_from_slice(k.as_bytes());
+                        names.push(0);
+                    }
+                    xattr_reply(reply, size, &names)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
         let fs = self.fs.clone();
         self.run(async move {
@@ -500,6 +612,42 @@ impl Filesystem for Mount {
                 Err(e) => reply.error(errno(&e)),
             }
         });
+    }
+}
+
+/// The extended attributes that show and set a file's policies:
+/// `user.parcache.write`, `…replacement`, `…prefetch`, `…consistency`,
+/// `…stripe_unit`, `…stripe_width`.
+pub const XATTR_PREFIX: &str = "user.parcache.";
+
+/// A file's policies as attribute values: its own settings, and the
+/// defaults of the cache policies it does not set.
+async fn policy_values(fs: &Fs, ino: u64) -> Result<Vec<(String, String)>, FsError> {
+    let mut set = fs.get_policy_handle(ino).await?;
+    let d = FilePolicies::default();
+    for (k, v) in [
+        ("write", d.write.to_string()),
+        ("replacement", d.replacement.to_string()),
+        ("prefetch", d.prefetch.to_string()),
+        ("consistency", d.consistency.to_string()),
+    ] {
+        if !set.iter().any(|(key, _)| key == k) {
+            set.push((k.to_string(), v));
+        }
+    }
+    set.sort();
+    Ok(set)
+}
+
+/// Answers a getxattr or listxattr: the size when asked for it (0), the
+/// bytes when they fit, ERANGE when they do not.
+fn xattr_reply(reply: ReplyXattr, size: u32, bytes: &[u8]) {
+    if size == 0 {
+        reply.size(bytes.len() as u32)
+    } else if bytes.len() > size as usize {
+        reply.error(34)
+    } else {
+        reply.data(bytes)
     }
 }
 
