@@ -16,6 +16,9 @@ pub struct ClusterFile {
     pub mds: String,
     pub iods: Vec<String>,
     pub pids: Vec<u32>,
+    /// Mounts started by `up --mount`: (mount point, process id).
+    #[serde(default)]
+    pub mounts: Vec<(PathBuf, u32)>,
 }
 
 #[derive(Args)]
@@ -29,6 +32,9 @@ pub struct UpArgs {
     /// Metadata server on port P, data servers on P+1…; default: free ports.
     #[arg(long, value_name = "P")]
     pub port_base: Option<u16>,
+    /// Also mount the cluster here (FUSE; `down` unmounts it first).
+    #[arg(long, value_name = "MNT")]
+    pub mount: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -63,6 +69,12 @@ fn alive(pid: u32) -> bool {
 
 /// Starts one daemon detached from this process, returning its pid and address.
 fn spawn(args: &[String], log: &Path) -> Result<(u32, String)> {
+    spawn_until(args, log, "listening on ")
+}
+
+/// Starts `parcache ARGS` detached, and waits for the line starting with
+/// `ready` on its standard output; returns the pid and the rest of the line.
+fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)> {
     let logf = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -78,7 +90,7 @@ fn spawn(args: &[String], log: &Path) -> Result<(u32, String)> {
         .with_context(|| format!("starting parcache {}", args[0]))?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-    let Some(addr) = line.trim().strip_prefix("listening on ") else {
+    let Some(addr) = line.trim().strip_prefix(ready) else {
         let _ = child.kill();
         let tail = std::fs::read_to_string(log).unwrap_or_default();
         let last: Vec<&str> = tail.lines().rev().take(5).collect();
@@ -157,8 +169,21 @@ pub fn up(a: UpArgs) -> Result<()> {
     }
     let (pid, mds) = spawn(&args, &dir.join("mds.log"))?;
     pids.push(pid);
-    let c = ClusterFile { mds, iods, pids };
+    let mut c = ClusterFile {
+        mds,
+        iods,
+        pids,
+        mounts: vec![],
+    };
     std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&c)?)?;
+    if let Some(mnt) = &a.mount {
+        std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
+        let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
+        let (pid, _) = spawn_until(&args, &dir.join("mount.log"), "mounted on ")?;
+        c.mounts.push((mnt.clone(), pid));
+        std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&c)?)?;
+        println!("  mounted on {}", mnt.display());
+    }
     println!(
         "parcache cluster in {}: metadata server {}, {} data servers",
         dir.display(),
@@ -173,6 +198,26 @@ pub fn up(a: UpArgs) -> Result<()> {
 pub fn down(a: DataArg) -> Result<()> {
     let c = read_cluster(&a.data)?;
     let secret = Secret::load(&a.data.join("secret"))?;
+    // Mounts first: they push their dirty data as they unmount.
+    for (mnt, pid) in &c.mounts {
+        if !alive(*pid) {
+            continue;
+        }
+        let ok = Command::new("fusermount3").arg("-u").arg(mnt).status();
+        if !ok.is_ok_and(|s| s.success()) {
+            eprintln!(
+                "parcache down: fusermount3 -u {} failed; is something using it?",
+                mnt.display()
+            );
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while alive(*pid) {
+            if std::time::Instant::now() > deadline {
+                bail!("the mount on {} (pid {pid}) did not end within 30 s", mnt.display());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let rt = tokio::runtime::Runtime::new()?;
     // The metadata server first, then the data servers (they checkpoint their logs).
     let mut addrs = vec![c.mds.clone()];

@@ -287,3 +287,39 @@ fn umask() -> u32 {
         .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         .unwrap_or(0o022)
 }
+
+/// `parcache up --mount` mounts; `parcache down` unmounts first (pushing
+/// dirty data), then stops the servers; the data is there after a restart.
+#[test]
+fn up_mounts_and_down_unmounts() {
+    let base = std::env::temp_dir().join(format!("parcache-upmount-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let mnt = base.join("mnt");
+    let d = cluster.0.to_str().unwrap();
+    let (ok, out, err) = parcache(&["up", "--data", d, "--iods", "2", "--mount", mnt.to_str().unwrap()]);
+    assert!(ok && out.contains("mounted on"), "{out}{err}");
+    assert!(mounted(&mnt));
+    // Under write-back the bytes stay in the mount's node cache until close or unmount.
+    std::fs::create_dir(mnt.join("w")).unwrap();
+    let (ok, _, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        d,
+        "pc:/w",
+        "write=write-back",
+        "consistency=none",
+    ]);
+    assert!(ok, "{err}");
+    std::fs::write(mnt.join("w/kept"), b"pushed at unmount").unwrap();
+    let (ok, _, err) = parcache(&["down", "--data", d]);
+    assert!(ok, "{err}");
+    assert!(!mounted(&mnt), "down unmounts");
+    let (ok, _, err) = parcache(&["up", "--data", d, "--iods", "2"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = parcache(&["cat", "--data", d, "pc:/w/kept"]);
+    assert!(ok && out == "pushed at unmount", "{out}{err}");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
