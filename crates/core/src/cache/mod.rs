@@ -154,7 +154,7 @@ enum Io {
 #[derive(Clone, Copy, Debug)]
 enum InFlight {
     Buffer(BufId),
-    Detached,
+    Detached(BlockKey),
 }
 
 struct Buffer {
@@ -216,6 +216,10 @@ pub struct Cache {
     /// Buffers being written down.
     writing: usize,
     aux_in_use: usize,
+    /// Blocks with a detached write on its way down. A newer copy of such a
+    /// block is not written until it lands: two writes of one block in
+    /// flight at once could land in either order and lose the newer bytes.
+    detached_keys: FxHashSet<BlockKey>,
     inflight: FxHashMap<u64, InFlight>,
     next_token: u64,
     effects: VecDeque<Effect>,
@@ -262,6 +266,7 @@ impl Cache {
             dirty: 0,
             writing: 0,
             aux_in_use: 0,
+            detached_keys: FxHashSet::default(),
             inflight: FxHashMap::default(),
             next_token: 0,
             effects: VecDeque::new(),
@@ -479,8 +484,17 @@ impl Cache {
     pub fn write_done(&mut self, now: Time, token: IoToken) {
         self.now = now;
         match self.inflight.remove(&token.0) {
-            Some(InFlight::Detached) => {
+            Some(InFlight::Detached(key)) => {
                 self.aux_in_use -= 1;
+                self.detached_keys.remove(&key);
+                // A newer copy of the block waited for this write to land first.
+                if let Some(&b) = self.table.get(&key) {
+                    if self.bufs[b.index()].idle() {
+                        if let Some(cause) = self.bufs[b.index()].want_write.take() {
+                            self.request_write(b, cause);
+                        }
+                    }
+                }
                 self.resume_any();
             }
             Some(InFlight::Buffer(b)) => {
@@ -774,8 +788,12 @@ impl Cache {
         }
         let mut taken = None;
         if may_write && !dirty.is_empty() {
-            if self.aux_in_use < self.cfg.aux_buffers {
-                let c = dirty[0];
+            let aside = dirty.iter().copied().find(|c| {
+                !self.bufs[c.index()]
+                    .key
+                    .is_some_and(|k| self.detached_keys.contains(&k))
+            });
+            if let (true, Some(c)) = (self.aux_in_use < self.cfg.aux_buffers, aside) {
                 self.issue_write(c, WriteCause::Need, true);
                 self.evict(c);
                 taken = Some(c);
@@ -844,9 +862,19 @@ impl Cache {
         self.issue_write(b, cause, false);
     }
 
+    /// Starts writing buffer `b` down, unless an older copy of its block is
+    /// still on its way (then the write waits for it, see `detached_keys`).
     fn issue_write(&mut self, b: BufId, cause: WriteCause, detached: bool) {
-        let token = self.token();
         let bs = self.cfg.block_size;
+        if self.bufs[b.index()]
+            .key
+            .is_some_and(|k| self.detached_keys.contains(&k))
+        {
+            debug_assert!(!detached, "allocate sets aside only blocks with no write in flight");
+            self.bufs[b.index()].want_write.get_or_insert(cause);
+            return;
+        }
+        let token = self.token();
         let buf = &mut self.bufs[b.index()];
         debug_assert!(buf.idle() && !buf.dirty.is_empty());
         let dirty = std::mem::take(&mut buf.dirty);
@@ -857,7 +885,8 @@ impl Cache {
         self.dirty -= 1;
         if detached {
             self.aux_in_use += 1;
-            self.inflight.insert(token.0, InFlight::Detached);
+            self.detached_keys.insert(key);
+            self.inflight.insert(token.0, InFlight::Detached(key));
             self.stats.detached_writes += 1;
         } else {
             buf.io = Io::Writing;
