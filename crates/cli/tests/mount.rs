@@ -323,3 +323,98 @@ fn up_mounts_and_down_unmounts() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// fsx-style: random writes, reads, truncates and fsyncs on one file
+/// through the mount, checked against an in-memory model, under every
+/// write policy of the node cache; then the file is read back whole from a
+/// second mount (another node).
+#[test]
+fn fsx_random_operations_under_every_write_policy() {
+    use rand::{Rng, SeedableRng};
+    let base = std::env::temp_dir().join(format!("parcache-fsx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let d = cluster.0.to_str().unwrap();
+    let (ok, _, err) = parcache(&["up", "--data", d, "--iods", "3"]);
+    assert!(ok, "{err}");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let b = Mounted::new(&cluster.0, base.join("b"));
+    let ops_per_policy = 3000;
+    for (n, w) in [
+        "write-through",
+        "write-back",
+        "write-free",
+        "write-full",
+        "periodic",
+        "threshold",
+        "lru-writeback",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(n as u64);
+        let path = a.p(&format!("fsx-{w}"));
+        std::fs::write(&path, b"").unwrap();
+        let (ok, _, err) = parcache(&[
+            "policy",
+            "set",
+            "--data",
+            d,
+            &format!("pc:/fsx-{w}"),
+            &format!("write={w}"),
+        ]);
+        assert!(ok, "{err}");
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let mut model: Vec<u8> = Vec::new();
+        const MAX: u64 = 600_000;
+        for i in 0..ops_per_policy {
+            match rng.gen_range(0..10) {
+                0..=3 => {
+                    let off = rng.gen_range(0..MAX);
+                    let len = rng.gen_range(1..70_000usize);
+                    let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                    f.seek(SeekFrom::Start(off)).unwrap();
+                    f.write_all(&data).unwrap();
+                    let end = off as usize + len;
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[off as usize..end].copy_from_slice(&data);
+                }
+                4..=6 => {
+                    let off = rng.gen_range(0..MAX);
+                    let len = rng.gen_range(1..70_000usize);
+                    f.seek(SeekFrom::Start(off)).unwrap();
+                    let mut got = vec![0u8; len];
+                    let mut n = 0;
+                    while n < len {
+                        match f.read(&mut got[n..]).unwrap() {
+                            0 => break,
+                            k => n += k,
+                        }
+                    }
+                    let want = &model[(off as usize).min(model.len())..(off as usize + len).min(model.len())];
+                    assert_eq!(n, want.len(), "{w}: op {i}: read length at {off}");
+                    assert!(
+                        got[..n] == *want,
+                        "{w}: op {i}: read at {off}+{len} differs from the model"
+                    );
+                }
+                7 => {
+                    let len = rng.gen_range(0..MAX);
+                    f.set_len(len).unwrap();
+                    model.resize(len as usize, 0);
+                }
+                8 => f.sync_all().unwrap(),
+                _ => assert_eq!(f.metadata().unwrap().len(), model.len() as u64, "{w}: op {i}: size"),
+            }
+        }
+        drop(f); // close: pushed under close-to-open
+        let other = std::fs::read(b.p(&format!("fsx-{w}"))).unwrap();
+        assert!(other == model, "{w}: the other node reads the file as the model has it");
+    }
+    a.unmount();
+    b.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
