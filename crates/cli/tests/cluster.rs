@@ -8,18 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-fn parcache(args: &[&str]) -> (bool, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
-        .args(args)
-        .env("PARCACHE_LOG", "warn")
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
-}
+mod common;
+use common::parcache;
 
 struct Cluster {
     dir: PathBuf,

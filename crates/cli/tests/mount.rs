@@ -8,18 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn parcache(args: &[&str]) -> (bool, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
-        .args(args)
-        .env("PARCACHE_LOG", "warn")
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
-}
+mod common;
+use common::parcache;
 
 fn mounted(dir: &Path) -> bool {
     let dir = dir.canonicalize().unwrap();

@@ -1,18 +1,7 @@
 //! The `parcache sim` command line, run as a user runs it.
 
-use std::process::Command;
-
-fn parcache(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_parcache"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+mod common;
+use common::parcache;
 
 #[test]
 fn list_names_every_scenario() {

@@ -75,6 +75,16 @@ fn cfg(buffers: usize, write: WritePolicyKind, repl: ReplacementKind, prefetch: 
     }
 }
 
+/// A driver over `below` with `buffers` LRU buffers, no prefetch, 2 lanes.
+fn simple(buffers: usize, write: WritePolicyKind, below: &Arc<Mem>) -> Driver<Arc<Mem>> {
+    Driver::new(
+        cfg(buffers, write, ReplacementKind::Lru, PrefetchKind::None),
+        2,
+        below.clone(),
+    )
+    .unwrap()
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Write {
@@ -198,17 +208,7 @@ proptest! {
 fn write_through_returns_when_the_bytes_are_below() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
-        let d = Driver::new(
-            cfg(
-                4,
-                WritePolicyKind::WriteThrough,
-                ReplacementKind::Lru,
-                PrefetchKind::None,
-            ),
-            2,
-            below.clone(),
-        )
-        .unwrap();
+        let d = simple(4, WritePolicyKind::WriteThrough, &below);
         d.write(7, 10, b"hello").await.unwrap();
         assert_eq!(&below.file(7)[10..15], b"hello");
     });
@@ -218,12 +218,7 @@ fn write_through_returns_when_the_bytes_are_below() {
 fn write_back_keeps_bytes_until_a_flush() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
-        let d = Driver::new(
-            cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
-            2,
-            below.clone(),
-        )
-        .unwrap();
+        let d = simple(4, WritePolicyKind::WriteBack, &below);
         d.write(7, 0, b"hello").await.unwrap();
         assert!(below.file(7).is_empty());
         d.flush_file(7).await.unwrap();
@@ -255,12 +250,7 @@ fn the_syncer_pushes_dirty_data_within_its_interval() {
 fn a_failed_write_is_reported_at_the_next_flush_of_its_file() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
-        let d = Driver::new(
-            cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
-            2,
-            below.clone(),
-        )
-        .unwrap();
+        let d = simple(4, WritePolicyKind::WriteBack, &below);
         d.write(3, 0, b"x").await.unwrap();
         below.fail.store(true, Ordering::SeqCst);
         let e = d.flush_file(3).await.unwrap_err();
@@ -275,12 +265,7 @@ fn a_failed_fetch_fails_the_read_and_the_next_one_works() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
         below.files.lock().unwrap().insert(5, vec![9; 100]);
-        let d = Driver::new(
-            cfg(2, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
-            2,
-            below.clone(),
-        )
-        .unwrap();
+        let d = simple(2, WritePolicyKind::WriteBack, &below);
         below.fail.store(true, Ordering::SeqCst);
         let mut out = [0u8; 10];
         assert!(d.read(5, 0, &mut out).await.is_err());
@@ -294,12 +279,7 @@ fn a_failed_fetch_fails_the_read_and_the_next_one_works() {
 fn discard_drops_dirty_blocks_unwritten() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
-        let d = Driver::new(
-            cfg(4, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None),
-            2,
-            below.clone(),
-        )
-        .unwrap();
+        let d = simple(4, WritePolicyKind::WriteBack, &below);
         d.write(3, 0, &[1; 200]).await.unwrap();
         d.discard_file(3, 1).await;
         d.flush_all().await.unwrap();

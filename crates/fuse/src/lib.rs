@@ -64,6 +64,27 @@ impl Mount {
     fn run<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
         self.rt.spawn(f);
     }
+
+    /// Runs `op` and answers with success or its errno.
+    fn done(&self, op: impl Future<Output = Result<(), FsError>> + Send + 'static, reply: ReplyEmpty) {
+        self.run(async move {
+            match op.await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    /// Runs `op` and answers with the entry it yields or its errno.
+    fn entry(&self, op: impl Future<Output = Result<Attr, FsError>> + Send + 'static, reply: ReplyEntry) {
+        let fs = self.fs.clone();
+        self.run(async move {
+            match op.await {
+                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
 }
 
 fn errno(e: &FsError) -> i32 {
@@ -164,12 +185,7 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.run(async move {
-            match fs.lookup(parent, &name).await {
-                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.entry(async move { fs.lookup(parent, &name).await }, reply);
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
@@ -239,16 +255,10 @@ impl Filesystem for Mount {
             Err(e) => return reply.error(e),
         };
         let (uid, gid) = (req.uid(), req.gid());
-        self.run(async move {
-            let r = async {
-                let a = fs.mkdir_at(parent, &name, mode & !umask).await?;
-                owned(&fs, a, uid, gid).await
-            };
-            match r.await {
-                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.entry(
+            async move { owned(&fs, fs.mkdir_at(parent, &name, mode & !umask).await?, uid, gid).await },
+            reply,
+        );
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
@@ -257,12 +267,7 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.run(async move {
-            match fs.unlink_at(parent, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.done(async move { fs.unlink_at(parent, &name).await }, reply);
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
@@ -271,12 +276,7 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.run(async move {
-            match fs.rmdir_at(parent, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.done(async move { fs.rmdir_at(parent, &name).await }, reply);
     }
 
     fn rename(
@@ -415,13 +415,7 @@ impl Filesystem for Mount {
     fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
-        self.run(async move {
-            let r = async { fs.close(&attr.await?).await };
-            match r.await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.done(async move { fs.close(&attr.await?).await }, reply);
     }
 
     fn release(
@@ -447,13 +441,7 @@ impl Filesystem for Mount {
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
-        self.run(async move {
-            let r = async { fs.fsync(&attr.await?).await };
-            match r.await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.done(async move { fs.fsync(&attr.await?).await }, reply);
     }
 
     fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
@@ -487,13 +475,10 @@ impl Filesystem for Mount {
             _ => return reply.error(22),
         };
         let (uid, gid) = (req.uid(), req.gid());
-        self.run(async move {
-            let r = async { owned(&fs, fs.symlink_at(parent, &name, &target).await?, uid, gid).await };
-            match r.await {
-                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.entry(
+            async move { owned(&fs, fs.symlink_at(parent, &name, &target).await?, uid, gid).await },
+            reply,
+        );
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
@@ -512,12 +497,7 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.run(async move {
-            match fs.link_at(ino, newparent, &name).await {
-                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.entry(async move { fs.link_at(ino, newparent, &name).await }, reply);
     }
 
     fn setxattr(
