@@ -91,10 +91,27 @@ struct FileState {
     pool: Arc<Pool>,
     /// The size as this node knows it (its own writes included).
     size: u64,
-    /// Written since the size and times were last reported to the mds.
-    unreported: bool,
+    /// Writes this node made to the file, counted.
+    writes: u64,
+    /// How many of those writes the metadata server has acknowledged a size
+    /// report for. Until it has, the local size stands in for its size (a
+    /// report in flight must not let a `stat` see the old size).
+    reported: u64,
     /// The file's version when this node last validated its cached blocks.
     version: u64,
+    /// Orders this node's requests on the file: reads, writes and size
+    /// reports share it; a truncate or a revalidation holds it alone, so a
+    /// size report taken before a truncate cannot reach the metadata server
+    /// after it, and a read begun before a truncate cannot put the old bytes
+    /// back in the cache.
+    gate: Arc<tokio::sync::RwLock<()>>,
+}
+
+impl FileState {
+    /// Written since the size was last reported to the metadata server.
+    fn unreported(&self) -> bool {
+        self.writes > self.reported
+    }
 }
 
 /// A connection to a parcache cluster, with the node's cache.
@@ -208,8 +225,10 @@ impl Fs {
             policies,
             pool,
             size: a.size,
-            unreported: false,
+            writes: 0,
+            reported: 0,
             version: a.version,
+            gate: Arc::new(tokio::sync::RwLock::new(())),
         };
         Ok(self
             .files
@@ -236,7 +255,9 @@ impl Fs {
     /// (another node changed it); the prefetch policy starts here.
     pub async fn open(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
-        if st.policies.consistency.revalidate_on_open() && a.version != st.version && !st.unreported {
+        let _alone = st.gate.write().await;
+        let st = self.state(a).await?;
+        if st.policies.consistency.revalidate_on_open() && a.version != st.version && !st.unreported() {
             st.pool
                 .flush_file(a.handle)
                 .await
@@ -254,11 +275,26 @@ impl Fs {
     /// A program closed the file: under `close-to-open` its dirty blocks go
     /// down and its size reaches the metadata server before this returns.
     pub async fn close(&self, a: &Attr) -> Result<()> {
+        self.flush(a).await?;
+        self.release(a).await
+    }
+
+    /// A descriptor of the file was closed (`close(2)`; a mount sees one for
+    /// every descriptor, duplicates too): under `close-to-open` the file's
+    /// dirty blocks go down and its size reaches the metadata server.
+    pub async fn flush(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
-        st.pool.close(a.handle);
         if st.policies.consistency.flush_on_close() {
             self.fsync(a).await?;
         }
+        Ok(())
+    }
+
+    /// The file's last open descriptor on this node went away: its
+    /// prefetching stops.
+    pub async fn release(&self, a: &Attr) -> Result<()> {
+        let st = self.state(a).await?;
+        st.pool.close(a.handle);
         Ok(())
     }
 
@@ -266,6 +302,7 @@ impl Fs {
     /// durable logs and its size and times are at the metadata server.
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
+        let _shared = st.gate.read().await;
         st.pool
             .flush_file(a.handle)
             .await
@@ -275,17 +312,17 @@ impl Fs {
 
     /// Tells the metadata server the size this node wrote the file to.
     async fn report(&self, handle: u64) -> Result<()> {
-        let size = match self.files.lock().expect("not poisoned").get_mut(&handle) {
-            Some(s) if s.unreported => {
-                s.unreported = false;
-                s.size
-            }
+        let (size, upto) = match self.files.lock().expect("not poisoned").get(&handle) {
+            Some(s) if s.unreported() => (s.size, s.writes),
             _ => return Ok(()),
         };
         let attr = self
             .md_attr(&format!("handle {handle}"), Request::Written { handle, size })
             .await?;
-        self.update(handle, |s| s.version = attr.version);
+        self.update(handle, |s| {
+            s.version = attr.version;
+            s.reported = s.reported.max(upto);
+        });
         Ok(())
     }
 
@@ -540,7 +577,7 @@ impl Fs {
             .lock()
             .expect("not poisoned")
             .get(&handle)
-            .filter(|s| s.unreported)
+            .filter(|s| s.unreported())
             .map(|s| s.size)
     }
 
@@ -582,6 +619,7 @@ impl Fs {
     pub async fn truncate(&self, a: &Attr, size: u64) -> Result<Attr> {
         let what = format!("handle {}", a.handle);
         let st = self.state(a).await?;
+        let _alone = st.gate.write().await;
         st.pool
             .flush_file(a.handle)
             .await
@@ -602,7 +640,7 @@ impl Fs {
             .await?;
         self.update(a.handle, |s| {
             s.size = size;
-            s.unreported = false;
+            s.reported = s.writes;
             s.version = attr.version;
         });
         Ok(attr)
@@ -616,11 +654,12 @@ impl Fs {
             return Ok(());
         }
         let st = self.state(a).await?;
+        let _shared = st.gate.read().await;
         let end = offset + data.len() as u64;
         // Known before the bytes land, so a concurrent reader's clamp is right.
         self.update(a.handle, |s| {
             s.size = s.size.max(end);
-            s.unreported = true;
+            s.writes += 1;
         });
         st.pool
             .write(a.handle, offset, data)
@@ -642,6 +681,8 @@ impl Fs {
     /// Reads into `buf` at `offset`; returns how many bytes the file had
     /// there (fewer than asked at its end). A cache hit costs one copy.
     pub async fn read_into(&self, a: &Attr, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let st = self.state(a).await?;
+        let _shared = st.gate.read().await;
         let st = self.state(a).await?;
         let end = st.size.max(a.size).min(offset.saturating_add(buf.len() as u64));
         if offset >= end {

@@ -410,12 +410,14 @@ impl Filesystem for Mount {
         });
     }
 
-    /// Every close(2) of a descriptor: under close-to-open the file's dirty
-    /// blocks go down and its size reaches the metadata server.
+    /// Every close(2) of a descriptor, duplicates included (a fork and exec
+    /// elsewhere in the program sends these too, at any moment): under
+    /// close-to-open the file's dirty blocks go down and its size reaches
+    /// the metadata server.
     fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
-        self.done(async move { fs.close(&attr.await?).await }, reply);
+        self.done(async move { fs.flush(&attr.await?).await }, reply);
     }
 
     fn release(
@@ -428,14 +430,22 @@ impl Filesystem for Mount {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let mut open = self.open.lock().expect("not poisoned");
-        if let Some(e) = open.get_mut(&ino) {
-            e.1 -= 1;
-            if e.1 == 0 {
-                open.remove(&ino);
+        let last = {
+            let mut open = self.open.lock().expect("not poisoned");
+            match open.get_mut(&ino) {
+                Some(e) if e.1 <= 1 => open.remove(&ino).map(|(a, _)| a),
+                Some(e) => {
+                    e.1 -= 1;
+                    None
+                }
+                None => None,
             }
-        }
-        reply.ok();
+        };
+        let Some(a) = last else {
+            return reply.ok();
+        };
+        let fs = self.fs.clone();
+        self.done(async move { fs.release(&a).await }, reply);
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
