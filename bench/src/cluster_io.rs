@@ -17,7 +17,6 @@ use parcache_proto::Secret;
 use parcache_server::{iod, mds};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -151,7 +150,7 @@ fn main() -> Result<()> {
         {
             ncfg.block_size = kib << 10;
         }
-        let fs = Arc::new(Fs::connect_with(&mds_addr, &secret, ncfg.clone()).await?);
+        let fs = Fs::connect_with(&mds_addr, &secret, ncfg.clone()).await?;
         let buf: Vec<u8> = (0..MIB).map(|i| (i * 7) as u8).collect();
         // One request at a time.
         let a = fs.create("/seq1", 0o644, true).await?;
@@ -183,7 +182,7 @@ fn main() -> Result<()> {
         let cw8 = rate(total, t.elapsed().as_secs_f64());
         // Reads from another node, whose cache is cold.
         let writer = fs;
-        let fs = Arc::new(Fs::connect_with(&mds_addr, &secret, ncfg).await?);
+        let fs = Fs::connect_with(&mds_addr, &secret, ncfg).await?;
         let a = fs.resolve("/seq1").await?;
         let t = Instant::now();
         for k in 0..mib {

@@ -26,7 +26,7 @@ pub struct Target {
 }
 
 impl Target {
-    pub async fn connect(&self) -> Result<Fs> {
+    pub async fn connect(&self) -> Result<std::sync::Arc<Fs>> {
         let (mds, secret) = match (&self.data, &self.mds) {
             (Some(dir), None) => (read_cluster(dir)?.mds, Secret::load(&dir.join("secret"))?),
             (None, Some(mds)) => {
@@ -133,6 +133,7 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 if attr.size > 0 {
                     attr = fs.truncate(&attr, 0).await?;
                 }
+                let attr = fs.open(&attr, true).await?;
                 let pb = bar(len);
                 let mut buf = vec![0u8; PIECE];
                 let mut off = 0u64;
@@ -148,7 +149,7 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     pb.set_position(off);
                 }
                 fs.fsync(&attr).await.with_context(|| format!("syncing pc:{dst}"))?;
-                fs.close(&attr).await?;
+                fs.close(&attr, true).await?;
                 pb.finish_and_clear();
             }
             (Some(_), None) => {
@@ -162,9 +163,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     dst.push(&src_name);
                 }
                 let mut out = std::fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
-                fs.open(&attr).await?;
+                let attr = fs.open(&attr, false).await?;
                 copy_out(&fs, &attr, &mut out).await?;
-                fs.close(&attr).await?;
+                fs.close(&attr, false).await?;
                 out.sync_all()?;
             }
             (Some(_), Some(_)) => {
@@ -175,8 +176,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 if to.size > 0 {
                     to = fs.truncate(&to, 0).await?;
                 }
+                let to = fs.open(&to, true).await?;
                 let pb = bar(attr.size);
-                fs.open(&attr).await?;
+                let attr = fs.open(&attr, false).await?;
                 let mut off = 0;
                 while off < attr.size {
                     let d = fs.read_at(&attr, off, PIECE as u64).await?;
@@ -187,9 +189,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     off += d.len() as u64;
                     pb.set_position(off);
                 }
-                fs.close(&attr).await?;
+                fs.close(&attr, false).await?;
                 fs.fsync(&to).await.with_context(|| format!("syncing pc:{dst}"))?;
-                fs.close(&to).await?;
+                fs.close(&to, true).await?;
                 pb.finish_and_clear();
             }
             (None, None) => bail!("neither '{}' nor '{}' is a cluster path (pc:/…)", a.src, a.dst),
@@ -234,9 +236,9 @@ pub fn cat(a: PathArgs) -> Result<()> {
         if attr.kind != FileKind::File {
             bail!("{}: not a regular file", a.path);
         }
-        fs.open(&attr).await?;
+        let attr = fs.open(&attr, false).await?;
         copy_out(&fs, &attr, &mut std::io::stdout().lock()).await?;
-        fs.close(&attr).await?;
+        fs.close(&attr, false).await?;
         Ok(fs.shutdown().await?)
     })
 }

@@ -5,7 +5,6 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use parcache_fuse::Mount;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Args)]
 pub struct MountArgs {
@@ -41,7 +40,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         bail!("/dev/fuse is missing: this machine cannot mount FUSE file systems (scripts/setup.sh installs fuse3)");
     }
     let rt = tokio::runtime::Runtime::new()?;
-    let fs = Arc::new(rt.block_on(a.target.connect())?);
+    let fs = rt.block_on(a.target.connect())?;
     let session = Mount::new(fs.clone(), rt.handle().clone())
         .spawn(&a.mountpoint)
         .with_context(|| format!("mounting {} (is fusermount3 installed?)", a.mountpoint.display()))?;

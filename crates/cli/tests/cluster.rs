@@ -33,7 +33,7 @@ impl Cluster {
     fn info(&self) -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(self.dir.join("cluster.json")).unwrap()).unwrap()
     }
-    async fn fs(&self) -> Fs {
+    async fn fs(&self) -> std::sync::Arc<Fs> {
         let secret = Secret::load(&self.dir.join("secret")).unwrap();
         Fs::connect(self.info()["mds"].as_str().unwrap(), &secret)
             .await
@@ -150,7 +150,7 @@ async fn big_and_truncate(c: &Cluster, fs: &Fs, rng: &mut rand_pcg::Pcg64) {
         p[0] = k as u8;
         fs.write_at(&big, k << 23, &p).await.unwrap();
     }
-    fs.close(&big).await.unwrap();
+    fs.close(&big, true).await.unwrap();
     let big = fs.resolve("/big").await.unwrap();
     assert_eq!(big.size, 256 << 20);
     let cold = c.fs().await;
@@ -229,14 +229,14 @@ fn cp_round_trips_and_errors_name_the_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_is_down_is_named() {
     let c = Cluster::up("down", 2);
-    let mut fs = c.fs().await;
+    let fs = c.fs().await;
     fs.set_retries(2);
     let a = fs.create("/x", 0o644, true).await.unwrap();
     fs.write_at(&a, 0, &vec![7u8; 200_000]).await.unwrap();
     fs.fsync(&a).await.unwrap();
     let a = fs.resolve("/x").await.unwrap();
     // Another node, whose cache does not hold the file.
-    let mut fs = c.fs().await;
+    let fs = c.fs().await;
     fs.set_retries(2);
     // Capacity is the data servers' disks, and status shows every server.
     let st = fs.statfs().await.unwrap();
@@ -265,7 +265,7 @@ async fn acknowledged_writes_survive_kill_9_of_the_servers() {
     let mut acked: Vec<(String, u64, Vec<u8>)> = vec![];
     let rounds = 50;
     for round in 0..rounds {
-        let mut fs = c.fs().await;
+        let fs = c.fs().await;
         fs.set_retries(1);
         // Everything acknowledged so far is intact.
         for (path, off, data) in &acked {
@@ -280,7 +280,6 @@ async fn acknowledged_writes_survive_kill_9_of_the_servers() {
             );
         }
         let path = format!("/r{round}");
-        let fs = std::sync::Arc::new(fs);
         let writer = {
             let (fs, path) = (fs.clone(), path.clone());
             let seed = rng.gen::<u64>();

@@ -20,10 +20,11 @@ pub use policies::{FilePolicies, NodeCacheConfig};
 use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, WritePolicyKind};
 use parcache_driver::{BelowError, Driver, DriverError};
 use parcache_proto::{
-    Attr, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT,
+    Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT,
 };
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -105,6 +106,12 @@ struct FileState {
     /// after it, and a read begun before a truncate cannot put the old bytes
     /// back in the cache.
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// Whether this node caches the file (`sprite` turns it off while the
+    /// file is write-shared; its reads and writes then go to the data
+    /// servers).
+    cached: bool,
+    /// Open descriptions of the file on this node.
+    opens: u32,
 }
 
 impl FileState {
@@ -121,6 +128,25 @@ pub struct Fs {
     cache: NodeCacheConfig,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
     files: Mutex<HashMap<u64, FileState>>,
+    /// This node's name at the metadata server (`sprite` opens).
+    node: u64,
+    me: Weak<Fs>,
+    /// Whether the task answering the metadata server's callbacks runs.
+    answering: AtomicBool,
+}
+
+/// A node id no other node is likely to have: random, with the process id.
+fn node_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish()
 }
 
 fn placement_of(a: &Attr) -> Result<Placement> {
@@ -137,27 +163,30 @@ fn placement_of(a: &Attr) -> Result<Placement> {
 impl Fs {
     /// Connects to the metadata server, then to every data server it names,
     /// with the default node cache.
-    pub async fn connect(mds_addr: &str, secret: &Secret) -> Result<Fs> {
+    pub async fn connect(mds_addr: &str, secret: &Secret) -> Result<Arc<Fs>> {
         Fs::connect_with(mds_addr, secret, NodeCacheConfig::default()).await
     }
 
-    pub async fn connect_with(mds_addr: &str, secret: &Secret, cache: NodeCacheConfig) -> Result<Fs> {
+    pub async fn connect_with(mds_addr: &str, secret: &Secret, cache: NodeCacheConfig) -> Result<Arc<Fs>> {
         let mds = Client::connect(mds_addr, secret).await?;
         let addrs = match mds.call(&Request::Servers, &[]).await?.0 {
             Response::Servers(a) => a,
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
-        Ok(Fs {
+        Ok(Arc::new_cyclic(|me| Fs {
             mds,
             data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
             cache,
             pools: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
-        })
+            node: node_id(),
+            me: me.clone(),
+            answering: AtomicBool::new(false),
+        }))
     }
 
     /// How many times to try a data server before giving up (at least 1).
-    pub fn set_retries(&mut self, n: u32) {
+    pub fn set_retries(&self, n: u32) {
         self.data.set_retries(n);
     }
 
@@ -229,6 +258,8 @@ impl Fs {
             reported: 0,
             version: a.version,
             gate: Arc::new(tokio::sync::RwLock::new(())),
+            cached: true,
+            opens: 0,
         };
         Ok(self
             .files
@@ -250,13 +281,44 @@ impl Fs {
         Ok(self.state(a).await?.policies)
     }
 
-    /// A program opened the file. Under `close-to-open`, cached blocks of a
-    /// file whose version moved since this node validated them are dropped
-    /// (another node changed it); the prefetch policy starts here.
-    pub async fn open(&self, a: &Attr) -> Result<()> {
+    /// A program opened the file (for writing if `write`); returns the
+    /// attributes to use while it is open. Under `sprite` the open goes to
+    /// the metadata server first, which calls other nodes back (recalls the
+    /// last writer's dirty blocks, disables caching of a write-shared file)
+    /// and says whether this node may cache the file. Under `close-to-open`
+    /// and `sprite`, cached blocks of a file whose version moved since this
+    /// node validated them are dropped (another node changed it). The
+    /// prefetch policy starts here.
+    pub async fn open(&self, a: &Attr, write: bool) -> Result<Attr> {
         let st = self.state(a).await?;
+        let mut a = a.clone();
+        let mut cacheable = true;
+        if st.policies.consistency.opens_at_server() {
+            self.answer_callbacks();
+            let what = format!("handle {}", a.handle);
+            match self
+                .md(
+                    &what,
+                    Request::Open {
+                        handle: a.handle,
+                        node: self.node,
+                        write,
+                    },
+                )
+                .await?
+            {
+                Response::Opened { attr, cacheable: c } => {
+                    a = attr;
+                    cacheable = c;
+                }
+                other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+            }
+        }
         let _alone = st.gate.write().await;
-        let st = self.state(a).await?;
+        let st = self.state(&a).await?;
+        if !cacheable && st.cached {
+            self.uncache(&st, a.handle).await?;
+        }
         if st.policies.consistency.revalidate_on_open() && a.version != st.version && !st.unreported() {
             st.pool
                 .flush_file(a.handle)
@@ -268,15 +330,24 @@ impl Fs {
                 s.size = a.size;
             });
         }
-        st.pool.open(a.handle, st.size.max(a.size));
-        Ok(())
+        self.update(a.handle, |s| {
+            s.opens += 1;
+            s.cached = cacheable;
+            if !cacheable {
+                s.size = s.size.max(a.size);
+            }
+        });
+        if cacheable {
+            st.pool.open(a.handle, st.size.max(a.size));
+        }
+        Ok(a)
     }
 
-    /// A program closed the file: under `close-to-open` its dirty blocks go
-    /// down and its size reaches the metadata server before this returns.
-    pub async fn close(&self, a: &Attr) -> Result<()> {
+    /// A program closed the file it opened with `write`: [`Fs::flush`]
+    /// then [`Fs::release`].
+    pub async fn close(&self, a: &Attr, write: bool) -> Result<()> {
         self.flush(a).await?;
-        self.release(a).await
+        self.release(a, write).await
     }
 
     /// A descriptor of the file was closed (`close(2)`; a mount sees one for
@@ -290,12 +361,103 @@ impl Fs {
         Ok(())
     }
 
-    /// The file's last open descriptor on this node went away: its
-    /// prefetching stops.
-    pub async fn release(&self, a: &Attr) -> Result<()> {
+    /// An open description of the file (opened with `write`) went away:
+    /// under `sprite` the metadata server is told (dirty blocks stay: the
+    /// next opener elsewhere recalls them); the last one on this node stops
+    /// the file's prefetching.
+    pub async fn release(&self, a: &Attr, write: bool) -> Result<()> {
         let st = self.state(a).await?;
-        st.pool.close(a.handle);
+        let mut last = false;
+        self.update(a.handle, |s| {
+            s.opens = s.opens.saturating_sub(1);
+            last = s.opens == 0;
+        });
+        if last {
+            st.pool.close(a.handle);
+        }
+        if st.policies.consistency.opens_at_server() {
+            if !st.cached {
+                // Written straight to the data servers: the size goes now.
+                self.report(a.handle).await?;
+            }
+            self.md(
+                &format!("handle {}", a.handle),
+                Request::Close {
+                    handle: a.handle,
+                    node: self.node,
+                    write,
+                },
+            )
+            .await?;
+        }
         Ok(())
+    }
+
+    /// Stops caching the file on this node: its dirty blocks go down, its
+    /// size is reported and its cached blocks are dropped. The caller holds
+    /// the file's gate alone.
+    async fn uncache(&self, st: &FileState, handle: u64) -> Result<()> {
+        st.pool
+            .flush_file(handle)
+            .await
+            .map_err(|e| from_below(format!("handle {handle}"), e))?;
+        st.pool.discard_file(handle, 0).await;
+        self.update(handle, |s| s.cached = false);
+        self.report(handle).await
+    }
+
+    /// Starts the task that answers the metadata server's `sprite`
+    /// callbacks, once: it keeps one poll outstanding and does each
+    /// callback it gets, then acknowledges it.
+    fn answer_callbacks(&self) {
+        if self.answering.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = self.me.clone();
+        let (mds, node) = (self.mds.clone(), self.node);
+        tokio::spawn(async move {
+            loop {
+                if me.strong_count() == 0 {
+                    return;
+                }
+                let got = match mds.call(&Request::Callbacks { node }, &[]).await {
+                    Ok((Response::Callbacks(c), _)) => c,
+                    Ok(_) => vec![],
+                    Err(_) if mds.is_closed() => return,
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                for (id, handle, cb) in got {
+                    let Some(fs) = me.upgrade() else { return };
+                    tokio::spawn(async move {
+                        if let Err(e) = fs.called_back(handle, cb).await {
+                            tracing::warn!("callback {cb:?} for handle {handle}: {e}");
+                        }
+                        let _ = fs.mds.call(&Request::CalledBack { node: fs.node, id }, &[]).await;
+                    });
+                }
+            }
+        });
+    }
+
+    /// Does what the metadata server asked of this node for a file.
+    async fn called_back(&self, handle: u64, cb: Callback) -> Result<()> {
+        let Some(st) = self.files.lock().expect("not poisoned").get(&handle).cloned() else {
+            return Ok(()); // never touched here: nothing cached
+        };
+        let _alone = st.gate.write().await;
+        match cb {
+            Callback::Recall => {
+                st.pool
+                    .flush_file(handle)
+                    .await
+                    .map_err(|e| from_below(format!("handle {handle}"), e))?;
+                self.report(handle).await
+            }
+            Callback::Disable => self.uncache(&st, handle).await,
+        }
     }
 
     /// Returns when every byte written to the file is in the data servers'
@@ -655,7 +817,22 @@ impl Fs {
         }
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
+        let st = self.state(a).await?;
         let end = offset + data.len() as u64;
+        if !st.cached {
+            // `sprite`, write-shared: straight to the data servers, and the
+            // size to the metadata server when the file grew.
+            self.data.write(a.handle, offset, data).await?;
+            self.update(a.handle, |s| {
+                s.size = s.size.max(end);
+                s.writes += 1;
+            });
+            return if end > st.size {
+                self.report(a.handle).await
+            } else {
+                Ok(())
+            };
+        }
         // Known before the bytes land, so a concurrent reader's clamp is right.
         self.update(a.handle, |s| {
             s.size = s.size.max(end);
@@ -671,7 +848,9 @@ impl Fs {
     /// the node cache; stops at the end of the file as this node knows it.
     pub async fn read_at(&self, a: &Attr, offset: u64, len: u64) -> Result<Vec<u8>> {
         let st = self.state(a).await?;
-        let end = st.size.max(a.size).min(offset.saturating_add(len));
+        // Uncached, another node may have grown the file: read_into asks.
+        let known = if st.cached { st.size.max(a.size) } else { u64::MAX };
+        let end = known.min(offset.saturating_add(len));
         let mut out = vec![0u8; end.saturating_sub(offset) as usize];
         let n = self.read_into(a, offset, &mut out).await?;
         out.truncate(n);
@@ -684,6 +863,18 @@ impl Fs {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
         let st = self.state(a).await?;
+        if !st.cached {
+            // `sprite`, write-shared: the size and the bytes as the servers
+            // have them now.
+            let size = st.size.max(self.getattr(a.handle).await?.size);
+            let end = size.min(offset.saturating_add(buf.len() as u64));
+            if offset >= end {
+                return Ok(0);
+            }
+            let got = self.data.read(a.handle, offset, end - offset).await?;
+            buf[..got.len()].copy_from_slice(&got);
+            return Ok(got.len());
+        }
         let end = st.size.max(a.size).min(offset.saturating_add(buf.len() as u64));
         if offset >= end {
             return Ok(0);

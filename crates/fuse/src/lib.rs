@@ -142,6 +142,32 @@ fn file_attr(fs: &Fs, a: &Attr) -> FileAttr {
     }
 }
 
+/// Whether open flags ask for writing.
+fn writes(flags: i32) -> bool {
+    const O_ACCMODE: i32 = 0o3;
+    flags & O_ACCMODE != 0
+}
+
+/// Notes one more open description of a file, with its newest attributes.
+fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
+    let mut open = open.lock().expect("not poisoned");
+    let e = open.entry(a.handle).or_insert((a.clone(), 0));
+    e.0 = a;
+    e.1 += 1;
+}
+
+/// How the kernel is to treat an open file: under `sprite` its page cache
+/// is bypassed (caching may be disabled on this node at any moment, while
+/// the file is open, when another node starts to share it; the node cache
+/// still serves the file while it may).
+async fn open_flags(fs: &Fs, a: &Attr) -> Result<u32, FsError> {
+    Ok(if fs.policies_of(a).await?.consistency.opens_at_server() {
+        fuser::consts::FOPEN_DIRECT_IO
+    } else {
+        0
+    })
+}
+
 fn name_of(name: &OsStr) -> Result<String, i32> {
     name.to_str().map(str::to_string).ok_or(22)
 }
@@ -306,19 +332,20 @@ impl Filesystem for Mount {
         });
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let fs = self.fs.clone();
         let open = self.open.clone();
         self.run(async move {
             let r = async {
                 let a = fs.getattr(ino).await?;
-                fs.open(&a).await?;
-                Ok::<_, FsError>(a)
+                let a = fs.open(&a, writes(flags)).await?;
+                let how = open_flags(&fs, &a).await?;
+                Ok::<_, FsError>((a, how))
             };
             match r.await {
-                Ok(a) => {
-                    open.lock().expect("not poisoned").entry(ino).or_insert((a, 0)).1 += 1;
-                    reply.opened(0, 0)
+                Ok((a, how)) => {
+                    remember(&open, a);
+                    reply.opened(0, how)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -347,17 +374,14 @@ impl Filesystem for Mount {
             let r = async {
                 let a = fs.create_at(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
                 let a = owned(&fs, a, uid, gid).await?;
-                fs.open(&a).await?;
-                Ok::<_, FsError>(a)
+                let a = fs.open(&a, writes(flags)).await?;
+                let how = open_flags(&fs, &a).await?;
+                Ok::<_, FsError>((a, how))
             };
             match r.await {
-                Ok(a) => {
-                    open.lock()
-                        .expect("not poisoned")
-                        .entry(a.handle)
-                        .or_insert((a.clone(), 0))
-                        .1 += 1;
-                    reply.created(&TTL, &file_attr(&fs, &a), 0, 0, 0)
+                Ok((a, how)) => {
+                    remember(&open, a.clone());
+                    reply.created(&TTL, &file_attr(&fs, &a), 0, 0, how)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -425,27 +449,27 @@ impl Filesystem for Mount {
         _req: &Request<'_>,
         ino: u64,
         _fh: u64,
-        _flags: i32,
+        flags: i32,
         _lock_owner: Option<u64>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let last = {
+        let a = {
             let mut open = self.open.lock().expect("not poisoned");
             match open.get_mut(&ino) {
                 Some(e) if e.1 <= 1 => open.remove(&ino).map(|(a, _)| a),
                 Some(e) => {
                     e.1 -= 1;
-                    None
+                    Some(e.0.clone())
                 }
                 None => None,
             }
         };
-        let Some(a) = last else {
+        let Some(a) = a else {
             return reply.ok();
         };
         let fs = self.fs.clone();
-        self.done(async move { fs.release(&a).await }, reply);
+        self.done(async move { fs.release(&a, writes(flags)).await }, reply);
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {

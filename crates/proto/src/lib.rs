@@ -17,5 +17,6 @@ pub mod msg;
 pub use auth::Secret;
 pub use conn::{serve, Client, ConnError, Handler};
 pub use msg::{
-    Attr, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Request, Response, SetAttr, Timestamp, ROOT,
+    Attr, Callback, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Request, Response, SetAttr, Timestamp,
+    ROOT,
 };

@@ -139,6 +139,30 @@ pub enum Request {
     },
     /// The data servers' addresses, by server id.
     Servers,
+    /// `sprite` consistency: `node` opens the file (for writing if
+    /// `write`); answered with `Opened` once the server's callbacks to
+    /// other nodes are done.
+    Open {
+        handle: Handle,
+        node: u64,
+        write: bool,
+    },
+    /// `sprite` consistency: `node` closed the file it opened with `write`.
+    Close {
+        handle: Handle,
+        node: u64,
+        write: bool,
+    },
+    /// Waits (up to about ten seconds) for callbacks to `node`; answered
+    /// with `Callbacks`, possibly empty. A node keeps one outstanding.
+    Callbacks {
+        node: u64,
+    },
+    /// `node` did callback `id`.
+    CalledBack {
+        node: u64,
+        id: u64,
+    },
     // --- any server ---
     /// Stop after finishing (flushing, checkpointing) — `parcache down`.
     Shutdown,
@@ -204,6 +228,24 @@ pub enum Response {
     Stats(ServerStats),
     Servers(Vec<String>),
     Error(ErrorReply),
+    /// The file's attributes after the other nodes were called back, and
+    /// whether the opener may cache it.
+    Opened {
+        attr: Attr,
+        cacheable: bool,
+    },
+    /// Callbacks for a node: (callback id, file, what to do).
+    Callbacks(Vec<(u64, Handle, Callback)>),
+}
+
+/// What the metadata server asks of a node under `sprite` consistency.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    /// Write the file's dirty blocks down and report its size.
+    Recall,
+    /// As `Recall`, then drop the file's cached blocks and stop caching it
+    /// until the node's next open is granted caching.
+    Disable,
 }
 
 /// What went wrong, as a POSIX-like code and a message that names the

@@ -9,20 +9,24 @@
 //! its version (for close-to-open consistency checks).
 
 use bytes::Bytes;
+use parcache_core::consistency::sprite::{Callback as CoreCallback, SpriteServer};
 use parcache_core::{ConsistencyKind, PrefetchKind, ReplacementKind, WritePolicyKind};
 use parcache_proto::msg::ServerStats;
 use parcache_proto::{
-    serve, Attr, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request, Response, Secret, SetAttr, Timestamp,
-    ROOT,
+    serve, Attr, Callback, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request, Response, Secret, SetAttr,
+    Timestamp, ROOT,
 };
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch, Notify};
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
@@ -635,22 +639,162 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
     Ok(())
 }
 
-struct MdsHandler(Arc<Mds>, Arc<watch::Sender<bool>>);
+struct MdsHandler(Arc<Mds>, Arc<watch::Sender<bool>>, Sprite);
 
-impl Handler for MdsHandler {
-    async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
-        if req == Request::Shutdown {
-            let _ = self.1.send(true);
-            return (Response::Ok, Bytes::new());
-        }
+impl MdsHandler {
+    async fn op(&self, req: Request) -> Response {
         let mds = self.0.clone();
-        let r = tokio::task::spawn_blocking(move || mds.op(req)).await;
-        let resp = match r {
+        match tokio::task::spawn_blocking(move || mds.op(req)).await {
             Ok(Ok(resp)) => resp,
             Ok(Err((code, msg))) => Response::error(code, msg),
             Err(e) => Response::error(ErrorCode::Io, format!("metadata operation failed: {e}")),
+        }
+    }
+
+    /// A `sprite` open: the core decides which nodes to call back; the open
+    /// is answered, with the file's attributes as they are after, once they
+    /// have all answered (or were given up on).
+    async fn open(&self, handle: Handle, node: u64, write: bool) -> Response {
+        match self.op(Request::GetAttr { handle }).await {
+            Response::Attr(a) if a.kind == FileKind::File => {}
+            Response::Attr(_) => return Response::error(ErrorCode::Invalid, format!("handle {handle} is not a file")),
+            other => return other,
+        }
+        let grant = self.2.open(handle, node, write).await;
+        match self.op(Request::GetAttr { handle }).await {
+            Response::Attr(attr) => Response::Opened {
+                attr,
+                cacheable: grant.cacheable,
+            },
+            other => other,
+        }
+    }
+}
+
+impl Handler for MdsHandler {
+    async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+        let resp = match req {
+            Request::Shutdown => {
+                let _ = self.1.send(true);
+                Response::Ok
+            }
+            Request::Open { handle, node, write } => self.open(handle, node, write).await,
+            Request::Close { handle, node, write } => {
+                self.2.close(handle, node, write);
+                Response::Ok
+            }
+            Request::Callbacks { node } => Response::Callbacks(self.2.poll(node).await),
+            Request::CalledBack { node, id } => {
+                self.2.called_back(node, id);
+                Response::Ok
+            }
+            req => self.op(req).await,
         };
         (resp, Bytes::new())
+    }
+}
+
+/// How long a node has to answer a callback before its opens are dropped.
+const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a callback poll waits before it is answered empty.
+const POLL_WAIT: Duration = Duration::from_secs(10);
+/// A node not polling for this long is taken to be gone.
+const NODE_SILENT: Duration = Duration::from_secs(25);
+
+/// `sprite` consistency at the metadata server: the core's state machine
+/// ([`SpriteServer`]) and the callbacks waiting for nodes to collect and
+/// acknowledge them. Held in memory: after a restart nobody has a file
+/// open, and a node with dirty blocks pushes them within its syncer's bound.
+#[derive(Default)]
+struct Sprite {
+    state: Mutex<SpriteServer>,
+    nodes: Mutex<HashMap<u64, NodeLink>>,
+    next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct NodeLink {
+    queue: Vec<(u64, Handle, Callback)>,
+    waiting: HashMap<u64, oneshot::Sender<()>>,
+    notify: Arc<Notify>,
+    polling: u32,
+    last_seen: Option<Instant>,
+}
+
+impl NodeLink {
+    fn alive(&self) -> bool {
+        self.polling > 0 || self.last_seen.is_some_and(|t| t.elapsed() < NODE_SILENT)
+    }
+}
+
+impl Sprite {
+    async fn open(&self, handle: Handle, node: u64, write: bool) -> parcache_core::consistency::sprite::Grant {
+        let grant = self.state.lock().expect("not poisoned").open(node, handle, write);
+        let mut waits = Vec::new();
+        {
+            let mut nodes = self.nodes.lock().expect("not poisoned");
+            nodes.entry(node).or_default().last_seen = Some(Instant::now());
+            for &(n, cb) in &grant.callbacks {
+                let link = nodes.entry(n).or_default();
+                if !link.alive() {
+                    tracing::warn!("node {n:x} is gone: its opens are dropped");
+                    nodes.remove(&n);
+                    self.state.lock().expect("not poisoned").node_gone(n);
+                    continue;
+                }
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let (tx, rx) = oneshot::channel();
+                let cb = match cb {
+                    CoreCallback::Recall => Callback::Recall,
+                    CoreCallback::Disable => Callback::Disable,
+                };
+                link.queue.push((id, handle, cb));
+                link.waiting.insert(id, tx);
+                link.notify.notify_one();
+                waits.push((n, rx));
+            }
+        }
+        for (n, rx) in waits {
+            if !matches!(tokio::time::timeout(CALLBACK_TIMEOUT, rx).await, Ok(Ok(()))) {
+                tracing::warn!(
+                    "node {n:x} did not answer a callback for handle {handle} within {CALLBACK_TIMEOUT:?}: its opens are dropped"
+                );
+                self.nodes.lock().expect("not poisoned").remove(&n);
+                self.state.lock().expect("not poisoned").node_gone(n);
+            }
+        }
+        grant
+    }
+
+    fn close(&self, handle: Handle, node: u64, write: bool) {
+        self.state.lock().expect("not poisoned").close(node, handle, write);
+    }
+
+    async fn poll(&self, node: u64) -> Vec<(u64, Handle, Callback)> {
+        let notify = {
+            let mut nodes = self.nodes.lock().expect("not poisoned");
+            let link = nodes.entry(node).or_default();
+            link.last_seen = Some(Instant::now());
+            if !link.queue.is_empty() {
+                return std::mem::take(&mut link.queue);
+            }
+            link.polling += 1;
+            link.notify.clone()
+        };
+        let _ = tokio::time::timeout(POLL_WAIT, notify.notified()).await;
+        let mut nodes = self.nodes.lock().expect("not poisoned");
+        let link = nodes.entry(node).or_default();
+        link.polling = link.polling.saturating_sub(1);
+        link.last_seen = Some(Instant::now());
+        std::mem::take(&mut link.queue)
+    }
+
+    fn called_back(&self, node: u64, id: u64) {
+        if let Some(link) = self.nodes.lock().expect("not poisoned").get_mut(&node) {
+            if let Some(tx) = link.waiting.remove(&id) {
+                let _ = tx.send(());
+            }
+        }
     }
 }
 
@@ -661,7 +805,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     let stop = Arc::new(stop);
-    let handler = Arc::new(MdsHandler(mds, stop.clone()));
+    let handler = Arc::new(MdsHandler(mds, stop.clone(), Sprite::default()));
     let served = Box::pin(async move {
         serve(listener, cfg.secret, handler, rx).await;
         Ok(())

@@ -1,12 +1,18 @@
 //! Consistency between nodes (DESIGN.md §3, "Consistency"): what a node
 //! does at open and close so that other nodes see its writes.
 //!
-//! Today two plug-ins exist as names the node client acts on:
-//! `close-to-open` (the default: close pushes the file's dirty blocks and
-//! reports its size; open drops cached blocks of a file whose version moved
-//! since they were cached) and `none` (PVFS: no guarantee, no traffic; dirty
-//! blocks go down when the write policy says). `sprite` (Nelson, Welch &
-//! Ousterhout as measured by Biswas et al. 1993) comes with the mount.
+//! Three plug-ins:
+//! * `close-to-open` (the default): close pushes the file's dirty blocks and
+//!   reports its size; open drops cached blocks of a file whose version
+//!   moved since they were cached.
+//! * `sprite` (Nelson, Welch & Ousterhout, as Biswas et al. 1993 §2 use
+//!   it): opens and closes go to the metadata server, which recalls the last
+//!   writer's dirty blocks and disables caching of write-shared files
+//!   ([`sprite`]); close pushes nothing (delayed write-back).
+//! * `none` (PVFS): no guarantee, no traffic; dirty blocks go down when the
+//!   write policy says.
+
+pub mod sprite;
 
 use crate::error::PolicyError;
 use serde::{Deserialize, Serialize};
@@ -18,15 +24,21 @@ use std::str::FromStr;
 pub enum ConsistencyKind {
     #[default]
     CloseToOpen,
+    Sprite,
     None,
 }
 
 impl ConsistencyKind {
-    pub const ALL: [ConsistencyKind; 2] = [ConsistencyKind::CloseToOpen, ConsistencyKind::None];
+    pub const ALL: [ConsistencyKind; 3] = [
+        ConsistencyKind::CloseToOpen,
+        ConsistencyKind::Sprite,
+        ConsistencyKind::None,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ConsistencyKind::CloseToOpen => "close-to-open",
+            ConsistencyKind::Sprite => "sprite",
             ConsistencyKind::None => "none",
         }
     }
@@ -38,7 +50,13 @@ impl ConsistencyKind {
 
     /// Whether open revalidates cached blocks against the file's version.
     pub fn revalidate_on_open(self) -> bool {
-        self == ConsistencyKind::CloseToOpen
+        self != ConsistencyKind::None
+    }
+
+    /// Whether opens and closes are registered at the metadata server
+    /// (which may then call the node back).
+    pub fn opens_at_server(self) -> bool {
+        self == ConsistencyKind::Sprite
     }
 }
 
