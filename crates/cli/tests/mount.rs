@@ -457,7 +457,10 @@ fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
     std::fs::write(a.p("sp/seq"), &data).unwrap();
     let (_, status, _) = parcache(&["status", "--data", d]);
     let got = std::fs::read(b.p("sp/seq")).unwrap();
-    assert!(got == data, "the reader on node b sees node a's dirty blocks (status before: {status})");
+    assert!(
+        got == data,
+        "the reader on node b sees node a's dirty blocks (status before: {status})"
+    );
     // And back: b overwrites a piece, a's next open drops its stale blocks.
     {
         let mut f = std::fs::OpenOptions::new().write(true).open(b.p("sp/seq")).unwrap();
@@ -466,7 +469,10 @@ fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
     }
     let mut want = data.clone();
     want[100_000..105_000].fill(9);
-    assert!(std::fs::read(a.p("sp/seq")).unwrap() == want, "node a sees node b's write");
+    assert!(
+        std::fs::read(a.p("sp/seq")).unwrap() == want,
+        "node a sees node b's write"
+    );
 
     // Concurrent write sharing: both nodes have the file open for writing;
     // they write interleaved 1000-byte pieces (several per cache block).
@@ -477,7 +483,11 @@ fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
         .truncate(false)
         .open(a.p("sp/shared"))
         .unwrap();
-    let mut fb = std::fs::OpenOptions::new().read(true).write(true).open(b.p("sp/shared")).unwrap();
+    let mut fb = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(b.p("sp/shared"))
+        .unwrap();
     let piece = 1000usize;
     let pieces = 300usize;
     let mut want = vec![0u8; piece * pieces];
@@ -493,14 +503,23 @@ fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
                 let mut got = vec![0u8; (i + 1) * piece];
                 f.seek(SeekFrom::Start(0)).unwrap();
                 f.read_exact(&mut got).unwrap();
-                assert!(got == want[..got.len()], "node {who} sees both writers' bytes after piece {i}");
+                assert!(
+                    got == want[..got.len()],
+                    "node {who} sees both writers' bytes after piece {i}"
+                );
             }
         }
     }
     drop(fa);
     drop(fb);
-    assert!(std::fs::read(a.p("sp/shared")).unwrap() == want, "node a, after both closed");
-    assert!(std::fs::read(b.p("sp/shared")).unwrap() == want, "node b, after both closed");
+    assert!(
+        std::fs::read(a.p("sp/shared")).unwrap() == want,
+        "node a, after both closed"
+    );
+    assert!(
+        std::fs::read(b.p("sp/shared")).unwrap() == want,
+        "node b, after both closed"
+    );
     a.unmount();
     b.unmount();
     drop(cluster);
