@@ -314,7 +314,8 @@ fn up_mounts_and_down_unmounts() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// fsx-style: random writes, reads, truncates and fsyncs on one file
+/// fsx-style: random writes, reads, truncates, fsyncs and writes and reads
+/// through a shared memory mapping on one file
 /// through the mount, checked against an in-memory model, under every
 /// write policy of the node cache; then the file is read back whole from a
 /// second mount (another node).
@@ -334,7 +335,7 @@ fn fsx_random_operations_under_every_write_policy() {
     assert!(ok, "{err}");
     let a = Mounted::new(&cluster.0, base.join("a"));
     let b = Mounted::new(&cluster.0, base.join("b"));
-    let ops_per_policy = 3000;
+    let ops_per_policy = 4000;
     for (n, w) in [
         "write-through",
         "write-back",
@@ -364,7 +365,7 @@ fn fsx_random_operations_under_every_write_policy() {
         const MAX: u64 = 600_000;
         let mut last: Vec<String> = vec![];
         for i in 0..ops_per_policy {
-            let kind = rng.gen_range(0..10);
+            let kind = rng.gen_range(0..12);
             last.push(format!("{kind}@{}", model.len()));
             match kind {
                 0..=3 => {
@@ -404,6 +405,30 @@ fn fsx_random_operations_under_every_write_policy() {
                     model.resize(len as usize, 0);
                 }
                 8 => f.sync_all().unwrap(),
+                10 | 11 if !model.is_empty() => {
+                    // Through a shared mapping of the whole file: a write
+                    // reaches the mount as the kernel writes the pages back
+                    // (msync), a read is served from the mapped pages.
+                    let off = rng.gen_range(0..model.len());
+                    let len = rng.gen_range(1..=(model.len() - off).min(70_000));
+                    // SAFETY: the file is not resized while mapped (this
+                    // thread is its only user).
+                    #[allow(unsafe_code)]
+                    let mut map = unsafe { memmap2::MmapMut::map_mut(&f) }.unwrap();
+                    assert_eq!(map.len(), model.len(), "{w}: op {i}: mapped length");
+                    if kind == 10 {
+                        let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                        map[off..off + len].copy_from_slice(&data);
+                        map.flush().unwrap();
+                        model[off..off + len].copy_from_slice(&data);
+                    } else {
+                        assert!(
+                            map[off..off + len] == model[off..off + len],
+                            "{w}: op {i}: mapped read at {off}+{len} differs from the model"
+                        );
+                    }
+                }
+                10 | 11 => {}
                 _ => {
                     let got = f.metadata().unwrap().len();
                     if got != model.len() as u64 {
@@ -520,6 +545,203 @@ fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
         std::fs::read(b.p("sp/shared")).unwrap() == want,
         "node b, after both closed"
     );
+    a.unmount();
+    b.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Runs `cmd` under `sh` as the unprivileged user `nobody` (65534); returns
+/// (success, stderr).
+fn as_nobody(cmd: &str) -> (bool, String) {
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", cmd])
+        .output()
+        .unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The rest of the POSIX behaviour suite: EISDIR and rename's errors,
+/// symlink loops, sparse files, `utimensat` with `UTIME_NOW` and
+/// `UTIME_OMIT`, attributes after another node's link, rename and write,
+/// permission checks for a non-root user (EACCES), and `fio --verify` on one
+/// node, verified again from the other.
+#[test]
+fn posix_errors_permissions_times_and_fio_verify() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::env::temp_dir().join(format!("parcache-posix2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let d = cluster.0.to_str().unwrap();
+    let (ok, _, err) = parcache(&["up", "--data", d, "--iods", "2"]);
+    assert!(ok, "{err}");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let b = Mounted::new(&cluster.0, base.join("b"));
+
+    // EISDIR, ENOTDIR and rename's errors.
+    std::fs::create_dir(a.p("dir")).unwrap();
+    std::fs::write(a.p("file"), b"f").unwrap();
+    let open_w = |p: &Path| std::fs::OpenOptions::new().write(true).open(p).unwrap_err();
+    assert_eq!(errno(open_w(&a.p("dir"))), 21, "EISDIR: open a directory for writing");
+    assert_eq!(
+        errno(std::fs::remove_file(a.p("dir")).unwrap_err()),
+        21,
+        "EISDIR: unlink a directory"
+    );
+    assert_eq!(
+        errno(std::fs::remove_dir(a.p("file")).unwrap_err()),
+        20,
+        "ENOTDIR: rmdir a file"
+    );
+    assert_eq!(
+        errno(std::fs::rename(a.p("file"), a.p("dir")).unwrap_err()),
+        21,
+        "EISDIR: file over dir"
+    );
+    assert_eq!(
+        errno(std::fs::rename(a.p("dir"), a.p("file")).unwrap_err()),
+        20,
+        "ENOTDIR: dir over file"
+    );
+    std::fs::create_dir(a.p("full")).unwrap();
+    std::fs::write(a.p("full/x"), b"x").unwrap();
+    assert_eq!(
+        errno(std::fs::rename(a.p("dir"), a.p("full")).unwrap_err()),
+        39,
+        "ENOTEMPTY"
+    );
+    assert_eq!(
+        errno(std::fs::read(a.p("file/x")).unwrap_err()),
+        20,
+        "ENOTDIR: a file as a directory"
+    );
+    std::fs::create_dir(a.p("empty")).unwrap();
+    std::fs::rename(a.p("dir"), a.p("empty")).unwrap();
+    assert!(
+        a.p("empty").is_dir() && !a.p("dir").exists(),
+        "a directory over an empty one"
+    );
+
+    // Symlink loops end in ELOOP; a dangling link in ENOENT.
+    std::os::unix::fs::symlink(a.p("loop2"), a.p("loop1")).unwrap();
+    std::os::unix::fs::symlink(a.p("loop1"), a.p("loop2")).unwrap();
+    assert_eq!(errno(std::fs::read(a.p("loop1")).unwrap_err()), 40, "ELOOP");
+    std::os::unix::fs::symlink("nowhere", a.p("dangling")).unwrap();
+    assert_eq!(errno(std::fs::read(a.p("dangling")).unwrap_err()), 2, "ENOENT");
+
+    // A sparse file: holes read as zeros, on this node and the other.
+    {
+        let mut f = std::fs::File::create(a.p("sparse")).unwrap();
+        f.seek(SeekFrom::Start(10 << 20)).unwrap();
+        f.write_all(b"end").unwrap();
+    }
+    for m in [&a, &b] {
+        let got = std::fs::read(m.p("sparse")).unwrap();
+        assert_eq!(got.len(), (10 << 20) + 3);
+        assert!(got[..10 << 20].iter().all(|&x| x == 0) && &got[10 << 20..] == b"end");
+    }
+
+    // utimensat: `touch -m -d` sets mtime and omits atime (UTIME_OMIT);
+    // `touch -a` sets atime to now (UTIME_NOW) and omits mtime.
+    let times = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.atime(), m.mtime(), m.ctime())
+    };
+    let touch = |args: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(format!("touch {args} {}", a.p("file").display()))
+            .status()
+            .unwrap();
+        assert!(ok.success(), "touch {args}");
+    };
+    let (at0, _, _) = times(&a.p("file"));
+    touch("-m -d @1000000000");
+    let (at1, mt1, _) = times(&a.p("file"));
+    assert_eq!((at1, mt1), (at0, 1_000_000_000), "mtime set, atime omitted");
+    touch("-a -d @1100000000");
+    let (at, mt, _) = times(&b.p("file"));
+    assert_eq!((at, mt), (1_100_000_000, 1_000_000_000), "atime set, mtime omitted");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    touch("-a");
+    let (at2, mt2, _) = times(&b.p("file"));
+    assert!(
+        at2 >= before && mt2 == 1_000_000_000,
+        "atime now, mtime omitted: {at2} {mt2}"
+    );
+
+    // Attributes the kernel caches, after another node's changes.
+    let ct0 = times(&a.p("file")).2;
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::hard_link(b.p("file"), b.p("file2")).unwrap();
+    let m = std::fs::metadata(a.p("file")).unwrap();
+    assert_eq!(m.nlink(), 2, "link count after a link on the other node");
+    assert!(m.ctime() > ct0, "ctime moves with a link");
+    std::fs::rename(b.p("file2"), b.p("file3")).unwrap();
+    std::fs::remove_file(b.p("file3")).unwrap();
+    assert_eq!(
+        std::fs::metadata(a.p("file")).unwrap().nlink(),
+        1,
+        "after rename and unlink"
+    );
+    std::fs::write(b.p("file"), b"longer content").unwrap();
+    let m = std::fs::metadata(a.p("file")).unwrap();
+    assert_eq!(m.len(), 14, "size after the other node's write");
+    assert!(m.mtime() > 1_000_000_000, "mtime after the other node's write");
+
+    // Permission checks as a local file system makes them, for `nobody`.
+    std::fs::write(a.p("private"), b"root's").unwrap();
+    std::fs::set_permissions(a.p("private"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (ok, err) = as_nobody(&format!("cat {}", a.p("private").display()));
+    assert!(
+        !ok && err.contains("Permission denied"),
+        "EACCES reading a 0600 file: {err}"
+    );
+    let (ok, err) = as_nobody(&format!("echo x > {}", a.p("new").display()));
+    assert!(
+        !ok && err.contains("Permission denied"),
+        "EACCES creating in root's 0755 dir: {err}"
+    );
+    let (ok, err) = as_nobody(&format!("rm -f {}", a.p("private").display()));
+    assert!(
+        !ok && err.contains("Permission denied"),
+        "EACCES unlinking in root's dir: {err}"
+    );
+    std::fs::create_dir(a.p("pub")).unwrap();
+    std::fs::set_permissions(a.p("pub"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (ok, err) = as_nobody(&format!("echo mine > {}", a.p("pub/n").display()));
+    assert!(ok, "nobody writes in a 1777 directory: {err}");
+    let m = std::fs::metadata(b.p("pub/n")).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (65534, 65534),
+        "the file is nobody's, seen on the other node"
+    );
+    let (ok, err) = as_nobody(&format!("chmod 600 {0} && cat {0}", a.p("pub/n").display()));
+    assert!(ok, "nobody reads its own file: {err}");
+
+    // fio writes with crc32c checksums in every block and verifies them;
+    // then the other node verifies the same files.
+    std::fs::create_dir(a.p("fio")).unwrap();
+    let fio = |dir: &Path, extra: &str| {
+        let cmd = format!(
+            "fio --directory={} --ioengine=psync --verify=crc32c --verify_fatal=1 --verify_state_save=0 --size=24M --output-format=terse {extra} \
+             --name=seq --rw=write --bs=1M --name=rand --rw=randwrite --bs=4k --size=8M",
+            dir.display()
+        );
+        let o = Command::new("sh").arg("-c").arg(&cmd).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{cmd}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    fio(&a.p("fio"), "");
+    fio(&b.p("fio"), "--verify_only");
     a.unmount();
     b.unmount();
     drop(cluster);
