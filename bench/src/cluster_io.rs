@@ -12,9 +12,8 @@
 //! sockets with the real protocol; the write log fsyncs as in production.
 
 use anyhow::Result;
+use parcache_bench::BenchCluster;
 use parcache_client::Fs;
-use parcache_proto::Secret;
-use parcache_server::{iod, mds};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
@@ -111,29 +110,8 @@ fn main() -> Result<()> {
     let random = 20_000;
     let dir = std::env::temp_dir().join(format!("parcache-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let secret = Secret::generate();
-
-    // Servers on their own runtime, as separate daemons would be.
-    let servers = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let mut iod_addrs = vec![];
-    for i in 0..4 {
-        let mut cfg = iod::IodConfig::new(dir.join(format!("iod-{i}")), "127.0.0.1:0".parse()?, secret.clone());
-        cfg.checkpoint_bytes = 256 << 20;
-        let r = servers.block_on(iod::start(cfg))?;
-        iod_addrs.push(r.addr.to_string());
-        servers.spawn(r.served);
-    }
-    let m = servers.block_on(mds::start(mds::MdsConfig {
-        data_dir: dir.join("mds"),
-        listen: "127.0.0.1:0".parse()?,
-        secret: secret.clone(),
-        iods: iod_addrs,
-    }))?;
-    let mds_addr = m.addr.to_string();
-    servers.spawn(m.served);
+    let cluster = BenchCluster::start(&dir, 4)?;
+    let (mds_addr, secret) = (cluster.mds_addr.clone(), cluster.secret.clone());
 
     let client = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -262,8 +240,7 @@ fn main() -> Result<()> {
         chit / mem
     );
     drop(client);
-    let _ = servers.block_on(async { m.stop.send(true) });
-    drop(servers);
+    drop(cluster);
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -133,7 +133,8 @@ impl DataPath {
 
     /// Writes `data` at file `offset`: one request per data server (its
     /// chunks of the range are contiguous on it), all in flight at once;
-    /// returns when every one holds its part in its durable log.
+    /// returns when every one holds its part in its write log and cache,
+    /// visible to every node; [`DataPath::sync`] makes it durable.
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<()> {
         if data.is_empty() {
             return Ok(());
@@ -155,7 +156,7 @@ impl DataPath {
                 [one] => std::borrow::Cow::Borrowed(one),
                 many => std::borrow::Cow::Owned(many.concat()),
             };
-            let req = Request::Write {
+            let req = Request::WriteBuffered {
                 handle,
                 offset: server_offset,
             };
@@ -235,6 +236,27 @@ impl DataPath {
         for (pos, &s) in p.servers.iter().enumerate() {
             let len = p.layout.server_bytes(size, pos as u32);
             self.call(s, &Request::Truncate { handle, len }, &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// Returns when everything the file's data servers acknowledged is
+    /// durable (each syncs its write log; all at once).
+    pub async fn sync(&self, handle: u64) -> Result<()> {
+        let p = self.placement(handle)?;
+        let calls = p.servers.iter().map(|&s| async move {
+            match self.call(s, &Request::Sync, &[]).await? {
+                (Response::Ok, _) => Ok(()),
+                (Response::Error(e), _) => Err(FsError::Remote {
+                    path: format!("handle {handle}"),
+                    code: e.code,
+                    message: format!("data server {s}: {}", e.message),
+                }),
+                (other, _) => Err(FsError::Protocol(format!("unexpected reply to Sync: {other:?}"))),
+            }
+        });
+        for r in join_all(calls).await {
+            r?;
         }
         Ok(())
     }

@@ -247,7 +247,13 @@ impl Fs {
             Response::Policies(p) => p,
             other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
         };
-        let policies = FilePolicies::from_settings(&settings);
+        self.learn(a, &settings)
+    }
+
+    /// Starts this node's state of a file from its policy settings (kept
+    /// if another task got there first).
+    fn learn(&self, a: &Attr, settings: &[(String, String)]) -> Result<FileState> {
+        let policies = FilePolicies::from_settings(settings);
         let pool = self.pool(&policies)?;
         self.data.place(a.handle, placement_of(a)?);
         let st = FileState {
@@ -356,7 +362,7 @@ impl Fs {
     pub async fn flush(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
         if st.policies.consistency.flush_on_close() {
-            self.fsync(a).await?;
+            self.push(a).await?;
         }
         Ok(())
     }
@@ -463,6 +469,18 @@ impl Fs {
     /// Returns when every byte written to the file is in the data servers'
     /// durable logs and its size and times are at the metadata server.
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
+        self.push(a).await?;
+        let st = self.state(a).await?;
+        let _shared = st.gate.read().await;
+        self.data.sync(a.handle).await?;
+        self.md(&format!("handle {}", a.handle), Request::Sync).await?;
+        Ok(())
+    }
+
+    /// Returns when every byte written to the file is at the data servers
+    /// (visible to every node, not yet durable) and its size at the
+    /// metadata server: what close-to-open needs.
+    async fn push(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
         st.pool
@@ -504,7 +522,26 @@ impl Fs {
                 first.get_or_insert(e);
             }
         }
+        if first.is_none() {
+            first = self.sync_all().await.err();
+        }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Makes everything the servers acknowledged durable: every data
+    /// server syncs its write log, then the metadata server commits.
+    pub async fn sync_all(&self) -> Result<()> {
+        let calls = (0..self.data.servers() as u32).map(|i| async move {
+            match self.data.call(i, &Request::Sync, &[]).await? {
+                (Response::Ok, _) => Ok(()),
+                (other, _) => Err(FsError::Protocol(format!("data server {i}: reply to Sync: {other:?}"))),
+            }
+        });
+        for r in parcache_driver::join_all(calls).await {
+            r?;
+        }
+        self.md("sync", Request::Sync).await?;
+        Ok(())
     }
 
     /// Each pool of the node cache: its policies and counters.
@@ -615,7 +652,13 @@ impl Fs {
             mode,
             exclusive,
         };
-        self.md_attr(name, req).await
+        match self.md(name, req).await? {
+            Response::Created { attr, policies } => {
+                self.learn(&attr, &policies)?;
+                Ok(attr)
+            }
+            other => Err(FsError::Protocol(format!("{name}: unexpected reply {other:?}"))),
+        }
     }
 
     pub async fn mkdir_at(&self, parent: u64, name: &str, mode: u32) -> Result<Attr> {

@@ -6,9 +6,9 @@
 //! fuser calls this code on its session thread; each request is handed to a
 //! tokio task, so requests run concurrently and a slow one does not hold up
 //! the rest. Inode numbers are the metadata server's handles (the root is 1
-//! in both). Attributes and entries are given to the kernel with a zero
-//! time-to-live: a file changed by another node is seen at its next
-//! `stat` (close-to-open needs no more).
+//! in both). A file's attributes and name are given to the kernel with a
+//! zero time-to-live: a file changed by another node is seen at its next
+//! `stat`. A directory's are kept for a second ([`DIR_TTL`]).
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -25,7 +25,26 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use fuser::{BackgroundSession, MountOption};
 
+/// How long the kernel may keep a file's attributes and name: not at all,
+/// so `stat` after another node's write, link or truncate is right.
 const TTL: Duration = Duration::ZERO;
+/// How long the kernel may keep a directory's attributes and name (as
+/// NFS's `acdirmin`): path walks and permission checks then cost no request
+/// per directory. This node's own changes to a directory are seen at once;
+/// another node's (a new mode, link count or mtime; a rename) within this.
+const DIR_TTL: Duration = Duration::from_secs(1);
+
+/// The time-to-live the kernel gets with `a`.
+fn ttl(a: &Attr) -> &'static Duration {
+    if a.kind == FileKind::Dir {
+        &DIR_TTL
+    } else {
+        &TTL
+    }
+}
+const FUSE_ASYNC_DIO: u64 = 1 << 15;
+const FUSE_PARALLEL_DIROPS: u64 = 1 << 18;
+
 /// Largest read and write the kernel sends at once (without it, buffered
 /// writes arrive in 4 KiB pieces).
 const MAX_IO: u32 = 1 << 20;
@@ -80,7 +99,7 @@ impl Mount {
         let fs = self.fs.clone();
         self.run(async move {
             match op.await {
-                Ok(a) => reply.entry(&TTL, &file_attr(&fs, &a), 0),
+                Ok(a) => reply.entry(ttl(&a), &file_attr(&fs, &a), 0),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -194,7 +213,15 @@ impl Mount {
 impl Filesystem for Mount {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {
         let _ = config.set_max_write(MAX_IO);
-        let _ = config.set_max_readahead(MAX_IO);
+        if let Err(max) = config.set_max_readahead(MAX_IO) {
+            let _ = config.set_max_readahead(max);
+        }
+        // Lookups and creates in one directory run concurrently; direct
+        // I/O (sprite files) is asynchronous too. Each only if the kernel
+        // has it.
+        for cap in [FUSE_PARALLEL_DIROPS, FUSE_ASYNC_DIO] {
+            let _ = config.add_capabilities(cap);
+        }
         Ok(())
     }
 
@@ -218,7 +245,7 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         self.run(async move {
             match fs.getattr(ino).await {
-                Ok(a) => reply.attr(&TTL, &file_attr(&fs, &a)),
+                Ok(a) => reply.attr(ttl(&a), &file_attr(&fs, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -243,15 +270,16 @@ impl Filesystem for Mount {
         reply: ReplyAttr,
     ) {
         let fs = self.fs.clone();
-        let attr = self.attr_of(ino);
+        let attr = size.map(|_| self.attr_of(ino));
         let open = self.open.clone();
         self.run(async move {
             let r = async {
-                let mut a = attr.await?;
-                if let Some(size) = size {
-                    a = fs.truncate(&a, size).await?;
+                let mut a = None;
+                if let (Some(size), Some(attr)) = (size, attr) {
+                    let t = fs.truncate(&attr.await?, size).await?;
+                    a = Some(t);
                     if let Some(e) = open.lock().expect("not poisoned").get_mut(&ino) {
-                        e.0 = a.clone();
+                        e.0 = a.clone().expect("set above");
                     }
                 }
                 if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
@@ -263,12 +291,15 @@ impl Filesystem for Mount {
                         atime: atime.map(stamp),
                         mtime: mtime.map(stamp),
                     };
-                    a = fs.setattr(ino, set).await?;
+                    a = Some(fs.setattr(ino, set).await?);
                 }
-                Ok::<_, FsError>(a)
+                match a {
+                    Some(a) => Ok(a),
+                    None => fs.getattr(ino).await,
+                }
             };
             match r.await {
-                Ok(a) => reply.attr(&TTL, &file_attr(&fs, &a)),
+                Ok(a) => reply.attr(ttl(&a), &file_attr(&fs, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });

@@ -158,6 +158,15 @@ pub enum Request {
     Callbacks {
         node: u64,
     },
+    /// Make everything this server acknowledged so far durable: a data
+    /// server syncs its write log, the metadata server commits durably.
+    Sync,
+    /// As `Write`, acknowledged once written to the log but before it is
+    /// durable (the node cache's write-backs; `fsync` ends with `Sync`).
+    WriteBuffered {
+        handle: Handle,
+        offset: u64,
+    },
     /// `node` did callback `id`.
     CalledBack {
         node: u64,
@@ -236,6 +245,12 @@ pub enum Response {
     },
     /// Callbacks for a node: (callback id, file, what to do).
     Callbacks(Vec<(u64, Handle, Callback)>),
+    /// A file created (or found, if not exclusive), with its policies, so
+    /// the creator needs no second request to learn them.
+    Created {
+        attr: Attr,
+        policies: Vec<(String, String)>,
+    },
 }
 
 /// What the metadata server asks of a node under `sprite` consistency.

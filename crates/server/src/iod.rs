@@ -2,7 +2,10 @@
 //!
 //! A write is appended to the durable write log (group commit, fsync) and
 //! acknowledged only then, so an acknowledged write survives `kill -9` and a
-//! power cut. Its bytes then sit in the server's cache (the core's cache,
+//! power cut. A buffered write (`WriteBuffered`, what node caches send) is
+//! acknowledged once written to the log, before the fsync: it survives
+//! `kill -9` of the server, and a power cut once a `Sync` (a client's
+//! `fsync`) has returned. Its bytes then sit in the server's cache (the core's cache,
 //! run by `parcache-driver`): clean blocks there are the volatile LRU read
 //! cache, dirty ones the durable write cache (their bytes are in the log),
 //! whose write-back to the block store follows the server's write policy,
@@ -139,16 +142,20 @@ impl Iod {
             .map_err(io::Error::other)?
     }
 
-    /// Logs a write durably, then puts its bytes in the write cache.
-    async fn write(&self, handle: u64, offset: u64, data: Bytes) -> io::Result<()> {
+    /// Logs a write (durably, or `buffered` until the next sync), then puts
+    /// its bytes in the write cache.
+    async fn write(&self, handle: u64, offset: u64, data: Bytes, buffered: bool) -> io::Result<()> {
         let _g = self.gate.read().await;
-        self.log
-            .append(Entry::Write {
-                handle,
-                offset,
-                data: data.clone(),
-            })
-            .await?;
+        let e = Entry::Write {
+            handle,
+            offset,
+            data: data.clone(),
+        };
+        if buffered {
+            self.log.append_buffered(e).await?;
+        } else {
+            self.log.append(e).await?;
+        }
         self.cache
             .write(handle, offset, &data)
             .await
@@ -229,12 +236,17 @@ impl Handler for IodHandler {
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         let iod = &self.0;
         let resp = match req {
-            Request::Write { handle, offset } => {
+            Request::Sync => match iod.log.sync().await {
+                Ok(()) => Response::Ok,
+                Err(e) => io_reply("syncing the write log", e),
+            },
+            Request::Write { handle, offset } | Request::WriteBuffered { handle, offset } => {
+                let buffered = matches!(req, Request::WriteBuffered { .. });
                 let len = data.len() as u64;
                 if let Some(r) = beyond_limit("write", handle, offset, len) {
                     return (r, Bytes::new());
                 }
-                match iod.write(handle, offset, data).await {
+                match iod.write(handle, offset, data, buffered).await {
                     Ok(()) => {
                         iod.writes.fetch_add(1, Ordering::Relaxed);
                         iod.maybe_checkpoint().await;

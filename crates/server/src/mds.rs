@@ -1,6 +1,10 @@
 //! The metadata server (`parcache mds`): namespace, attributes, file layout
 //! and per-file policies, in an embedded transactional store (redb), one
 //! transaction per request, so a crash leaves every request done or undone.
+//! Changes are committed without an fsync and made durable together by the
+//! next durable commit: a client's `fsync` (a `Sync` request), the syncer
+//! ([`SYNC_EVERY`]) or shutdown. A crash loses at most the last second of
+//! changes no client synced, as a local file system would.
 //!
 //! Layout is chosen at create: the stripe unit (default 64 KiB) and the
 //! data servers in round-robin order, the first one rotating from file to
@@ -31,6 +35,10 @@ use tokio::sync::{oneshot, watch, Notify};
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Changes reach the disk at most this long after they were made (sooner
+/// when a client syncs).
+pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// Default stripe unit: 64 KiB.
 pub const DEFAULT_STRIPE_UNIT: u64 = 64 << 10;
@@ -152,54 +160,80 @@ struct Mds {
     db: Database,
     iods: Vec<String>,
     dir: PathBuf,
+    /// Changes committed since the last durable commit.
+    unsynced: std::sync::atomic::AtomicBool,
 }
 
+/// A request's transaction: a write transaction for a change, a read
+/// transaction (a snapshot, taken without waiting for writers) for a lookup.
 struct Tx {
-    tx: redb::WriteTransaction,
+    tx: TxKind,
+}
+
+enum TxKind {
+    W(Box<redb::WriteTransaction>),
+    R(redb::ReadTransaction),
+}
+
+fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
+    let v = t
+        .get(h)
+        .map_err(db_err)?
+        .ok_or((ErrorCode::NotFound, format!("no file with handle {h}")))?;
+    postcard::from_bytes(v.value()).map_err(db_err)
+}
+
+fn entry_in(t: &impl ReadableTable<(u64, &'static str), u64>, parent: Handle, name: &str) -> R<Option<Handle>> {
+    Ok(t.get((parent, name)).map_err(db_err)?.map(|v| v.value()))
 }
 
 impl Tx {
+    fn w(&self) -> R<&redb::WriteTransaction> {
+        match &self.tx {
+            TxKind::W(tx) => Ok(tx),
+            TxKind::R(_) => Err((ErrorCode::Io, "metadata store: a change in a read transaction".into())),
+        }
+    }
     fn get(&self, h: Handle) -> R<Inode> {
-        let t = self.tx.open_table(INODES).map_err(db_err)?;
-        let v = t
-            .get(h)
-            .map_err(db_err)?
-            .ok_or((ErrorCode::NotFound, format!("no file with handle {h}")))?;
-        postcard::from_bytes(v.value()).map_err(db_err)
+        match &self.tx {
+            TxKind::W(tx) => inode_in(&tx.open_table(INODES).map_err(db_err)?, h),
+            TxKind::R(tx) => inode_in(&tx.open_table(INODES).map_err(db_err)?, h),
+        }
     }
     fn put(&self, i: &Inode) -> R<()> {
-        let mut t = self.tx.open_table(INODES).map_err(db_err)?;
+        let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
         let b = postcard::to_stdvec(i).map_err(db_err)?;
         t.insert(i.attr.handle, b.as_slice()).map_err(db_err)?;
         Ok(())
     }
     fn delete(&self, h: Handle) -> R<()> {
-        let mut t = self.tx.open_table(INODES).map_err(db_err)?;
+        let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
         t.remove(h).map_err(db_err)?;
         Ok(())
     }
     fn entry(&self, parent: Handle, name: &str) -> R<Option<Handle>> {
-        let t = self.tx.open_table(DIRENTS).map_err(db_err)?;
-        let v = t.get((parent, name)).map_err(db_err)?.map(|v| v.value());
-        Ok(v)
+        match &self.tx {
+            TxKind::W(tx) => entry_in(&tx.open_table(DIRENTS).map_err(db_err)?, parent, name),
+            TxKind::R(tx) => entry_in(&tx.open_table(DIRENTS).map_err(db_err)?, parent, name),
+        }
     }
     fn link(&self, parent: Handle, name: &str, h: Handle) -> R<()> {
-        let mut t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        let mut t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
         t.insert((parent, name), h).map_err(db_err)?;
         Ok(())
     }
     fn unlink(&self, parent: Handle, name: &str) -> R<()> {
-        let mut t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        let mut t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
         t.remove((parent, name)).map_err(db_err)?;
         Ok(())
     }
     fn is_empty_dir(&self, h: Handle) -> R<bool> {
-        let t = self.tx.open_table(DIRENTS).map_err(db_err)?;
+        let t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
         let empty = t.range((h, "")..(h + 1, "")).map_err(db_err)?.next().is_none();
         Ok(empty)
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
-        let mut t = self.tx.open_table(META).map_err(db_err)?;
+        let mut t = self.w()?.open_table(META).map_err(db_err)?;
         let v = t.get(key).map_err(db_err)?.map(|v| v.value()).unwrap_or(first);
         t.insert(key, v + 1).map_err(db_err)?;
         Ok(v)
@@ -242,8 +276,15 @@ impl Mds {
             db,
             iods: cfg.iods.clone(),
             dir: cfg.data_dir.clone(),
+            unsynced: std::sync::atomic::AtomicBool::new(false),
         };
         mds.write(|tx| {
+            // Every table exists from the start, so lookups (read
+            // transactions, which cannot create one) find them.
+            let w = tx.w()?;
+            w.open_table(INODES).map_err(db_err)?;
+            w.open_table(DIRENTS).map_err(db_err)?;
+            w.open_table(META).map_err(db_err)?;
             if tx.get(ROOT).is_err() {
                 let t = now();
                 tx.put(&Inode {
@@ -270,16 +311,47 @@ impl Mds {
             Ok(Response::Ok)
         })
         .map_err(|(_, m)| io::Error::other(m))?;
+        mds.sync().map_err(|(_, m)| io::Error::other(m))?;
         Ok(mds)
     }
 
+    /// Runs a change in one transaction, committed without an fsync: the
+    /// next durable commit ([`Mds::sync`]: a client's `fsync`, a `Sync`, or
+    /// the syncer within [`SYNC_EVERY`]) persists it. A crash before then
+    /// loses it whole, as a local file system loses unsynced metadata.
     fn write(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
+        let mut tx = self.db.begin_write().map_err(db_err)?;
+        tx.set_durability(redb::Durability::None);
         let tx = Tx {
-            tx: self.db.begin_write().map_err(db_err)?,
+            tx: TxKind::W(Box::new(tx)),
         };
         let r = f(&tx)?;
-        tx.tx.commit().map_err(db_err)?;
+        if let TxKind::W(tx) = tx.tx {
+            tx.commit().map_err(db_err)?;
+        }
+        self.unsynced.store(true, Ordering::SeqCst);
         Ok(r)
+    }
+
+    /// Runs a lookup that changes nothing, on a snapshot.
+    fn read(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
+        let tx = Tx {
+            tx: TxKind::R(self.db.begin_read().map_err(db_err)?),
+        };
+        f(&tx)
+    }
+
+    /// Makes every change committed so far durable (one fsync).
+    fn sync(&self) -> R<Response> {
+        if self.unsynced.swap(false, Ordering::SeqCst) {
+            let mut tx = self.db.begin_write().map_err(db_err)?;
+            tx.set_durability(redb::Durability::Immediate);
+            if let Err(e) = tx.commit() {
+                self.unsynced.store(true, Ordering::SeqCst);
+                return Err(db_err(e));
+            }
+        }
+        Ok(Response::Ok)
     }
 
     fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<String>) -> R<Inode> {
@@ -330,7 +402,8 @@ impl Mds {
 
     fn op(&self, req: Request) -> R<Response> {
         match req {
-            Request::Lookup { parent, name } => self.write(|tx| {
+            Request::Sync => self.sync(),
+            Request::Lookup { parent, name } => self.read(|tx| {
                 tx.dir(parent)?;
                 let h = match name.as_str() {
                     "." => parent,
@@ -341,7 +414,7 @@ impl Mds {
                 };
                 Ok(Response::Attr(tx.get(h)?.attr))
             }),
-            Request::GetAttr { handle } => self.write(|tx| Ok(Response::Attr(tx.get(handle)?.attr))),
+            Request::GetAttr { handle } => self.read(|tx| Ok(Response::Attr(tx.get(handle)?.attr))),
             Request::SetAttr { handle, set } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
                 apply_setattr(&mut i, set)?;
@@ -364,13 +437,19 @@ impl Mds {
                     if i.attr.kind == FileKind::Dir {
                         return Err((ErrorCode::IsDir, format!("'{name}' is a directory")));
                     }
-                    return Ok(Response::Attr(i.attr));
+                    return Ok(Response::Created {
+                        attr: i.attr,
+                        policies: i.policies,
+                    });
                 }
                 let i = self.new_inode(tx, &p, FileKind::File, mode, None)?;
                 tx.put(&i)?;
                 tx.link(parent, &name, i.attr.handle)?;
                 tx.touch_dir(&mut p, 0)?;
-                Ok(Response::Attr(i.attr))
+                Ok(Response::Created {
+                    attr: i.attr,
+                    policies: i.policies,
+                })
             }),
             Request::Mkdir { parent, name, mode } => self.write(|tx| {
                 check_name(&name)?;
@@ -396,7 +475,7 @@ impl Mds {
                 tx.touch_dir(&mut p, 0)?;
                 Ok(Response::Attr(i.attr))
             }),
-            Request::ReadLink { handle } => self.write(|tx| {
+            Request::ReadLink { handle } => self.read(|tx| {
                 let i = tx.get(handle)?;
                 i.target
                     .map(Response::Target)
@@ -509,7 +588,7 @@ impl Mds {
                 tx.put(&i)?;
                 Ok(Response::Policies(i.policies))
             }),
-            Request::GetPolicy { handle } => self.write(|tx| Ok(Response::Policies(tx.get(handle)?.policies))),
+            Request::GetPolicy { handle } => self.read(|tx| Ok(Response::Policies(tx.get(handle)?.policies))),
             Request::Written { handle, size } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
                 let t = now();
@@ -644,6 +723,12 @@ struct MdsHandler(Arc<Mds>, Arc<watch::Sender<bool>>, Sprite);
 impl MdsHandler {
     async fn op(&self, req: Request) -> Response {
         let mds = self.0.clone();
+        if req != Request::Sync {
+            // A read of a snapshot, or a change committed without an fsync
+            // (a few page writes into the OS cache): tens of microseconds,
+            // less than handing it to another thread costs.
+            return mds.op(req).unwrap_or_else(|(code, msg)| Response::error(code, msg));
+        }
         match tokio::task::spawn_blocking(move || mds.op(req)).await {
             Ok(Ok(resp)) => resp,
             Ok(Err((code, msg))) => Response::error(code, msg),
@@ -673,6 +758,7 @@ impl MdsHandler {
 
 impl Handler for MdsHandler {
     async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+        tracing::debug!("request {req:?}");
         let resp = match req {
             Request::Shutdown => {
                 let _ = self.1.send(true);
@@ -805,9 +891,29 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     let stop = Arc::new(stop);
-    let handler = Arc::new(MdsHandler(mds, stop.clone(), Sprite::default()));
+    let handler = Arc::new(MdsHandler(mds.clone(), stop.clone(), Sprite::default()));
+    let syncer = {
+        let (mds, mut stopped) = (mds.clone(), rx.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(SYNC_EVERY) => {}
+                    _ = stopped.changed() => return,
+                }
+                let m = mds.clone();
+                if let Ok(Err((_, e))) = tokio::task::spawn_blocking(move || m.sync()).await {
+                    tracing::error!("{e}");
+                }
+            }
+        })
+    };
     let served = Box::pin(async move {
         serve(listener, cfg.secret, handler, rx).await;
+        syncer.abort();
+        tokio::task::spawn_blocking(move || mds.sync())
+            .await
+            .map_err(io::Error::other)?
+            .map_err(|(_, e)| io::Error::other(e))?;
         Ok(())
     });
     Ok(crate::Running { addr, stop, served })

@@ -11,6 +11,8 @@ use tokio::sync::oneshot;
 
 enum Cmd {
     Append(Entry, oneshot::Sender<io::Result<()>>),
+    AppendBuffered(Entry, oneshot::Sender<io::Result<()>>),
+    Sync(oneshot::Sender<io::Result<()>>),
     Compact(Vec<Entry>, oneshot::Sender<io::Result<()>>),
     Len(oneshot::Sender<u64>),
 }
@@ -42,6 +44,10 @@ impl GroupLog {
                                     let _ = reply.send(Err(err));
                                 }
                             },
+                            Cmd::AppendBuffered(e, reply) => {
+                                let _ = reply.send(wal.append(&e));
+                            }
+                            Cmd::Sync(reply) => waiting.push(reply),
                             Cmd::Compact(live, reply) => {
                                 finish(&mut wal, &mut waiting);
                                 let _ = reply.send(wal.compact(&live));
@@ -65,6 +71,23 @@ impl GroupLog {
     pub async fn append(&self, e: Entry) -> io::Result<()> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Cmd::Append(e, tx)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    /// Appends `e` and returns once it is written, before it is durable: a
+    /// crash of the machine (not of the process) may lose it until the next
+    /// [`GroupLog::sync`] or durable append returns.
+    pub async fn append_buffered(&self, e: Entry) -> io::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Cmd::AppendBuffered(e, tx)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    /// Returns once everything appended before it is durable (it joins
+    /// the next group commit).
+    pub async fn sync(&self) -> io::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Cmd::Sync(tx)).map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
 

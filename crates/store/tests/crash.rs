@@ -199,3 +199,33 @@ async fn a_full_disk_is_reported_and_the_log_stays_consistent() {
     assert_eq!(r.entries, acked);
     assert_eq!(r.truncated_bytes, 0, "the failed record was cut back, not left torn");
 }
+
+/// Buffered appends are not durable until a sync: a crash before it drops
+/// them, a crash after it keeps every one, and a sync costs one fsync
+/// however many appends it covers.
+#[tokio::test]
+async fn buffered_appends_become_durable_at_the_next_sync() {
+    let media = CrashMedia::new();
+    let (wal, _) = Wal::open(media.clone()).unwrap();
+    let log = GroupLog::start(wal);
+    let entry = |i: u64| Entry::Write {
+        handle: 3,
+        offset: i * 10,
+        data: vec![i as u8; 10].into(),
+    };
+    for i in 0..5 {
+        log.append_buffered(entry(i)).await.unwrap();
+    }
+    assert_eq!(media.syncs(), 0, "buffered appends do not sync");
+    let before = media.clone();
+    log.sync().await.unwrap();
+    assert_eq!(media.syncs(), 1, "one sync covers them all");
+    log.append_buffered(entry(5)).await.unwrap();
+    before.crash(CrashMode::DropUnsynced);
+    let (_, r) = Wal::open(media).unwrap();
+    assert_eq!(
+        r.entries,
+        (0..5).map(entry).collect::<Vec<_>>(),
+        "the synced five, not the sixth"
+    );
+}
