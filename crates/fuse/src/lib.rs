@@ -34,6 +34,12 @@ const TTL: Duration = Duration::ZERO;
 /// another node's (a new mode, link count or mtime; a rename) within this.
 const DIR_TTL: Duration = Duration::from_secs(1);
 
+/// How long the kernel may keep the attributes of a file this node has
+/// just created: one clock tick, enough for the permission check of the
+/// open that follows the create to cost no request. No other node can
+/// have changed a file within a tick of its creation reaching it.
+const CREATED_TTL: Duration = Duration::from_millis(1);
+
 /// The time-to-live the kernel gets with `a`.
 fn ttl(a: &Attr) -> &'static Duration {
     if a.kind == FileKind::Dir {
@@ -412,7 +418,7 @@ impl Filesystem for Mount {
             match r.await {
                 Ok((a, how)) => {
                     remember(&open, a.clone());
-                    reply.created(&TTL, &file_attr(&fs, &a), 0, 0, how)
+                    reply.created(&CREATED_TTL, &file_attr(&fs, &a), 0, 0, how)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
