@@ -15,6 +15,7 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 use parcache_client::{FilePolicies, Fs, FsError};
+use parcache_core::ConsistencyKind;
 use parcache_proto::{Attr, FileKind, SetAttr, Timestamp};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -181,15 +182,17 @@ fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
     e.1 += 1;
 }
 
-/// How the kernel is to treat an open file: under `sprite` its page cache
-/// is bypassed (caching may be disabled on this node at any moment, while
-/// the file is open, when another node starts to share it; the node cache
-/// still serves the file while it may).
+/// How the kernel is to treat an open file: under `none` its page cache
+/// is kept across opens; under `sprite` it is bypassed (caching may be
+/// disabled on this node at any moment while the file is open, when another
+/// node starts to share it; the node cache still serves the file while it
+/// may).
 async fn open_flags(fs: &Fs, a: &Attr) -> Result<u32, FsError> {
-    Ok(if fs.policies_of(a).await?.consistency.opens_at_server() {
-        fuser::consts::FOPEN_DIRECT_IO
-    } else {
-        0
+    Ok(match fs.policies_of(a).await?.consistency {
+        ConsistencyKind::Sprite => fuser::consts::FOPEN_DIRECT_IO,
+        // No guarantee between nodes: the page cache may outlive the open.
+        ConsistencyKind::None => fuser::consts::FOPEN_KEEP_CACHE,
+        ConsistencyKind::CloseToOpen => 0,
     })
 }
 
