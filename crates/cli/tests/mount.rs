@@ -251,6 +251,17 @@ fn posix_operations_and_two_nodes_through_the_mount() {
         listing(&tree),
         "tar through the mount, seen on the other node"
     );
+    let out = base.join("tar-out");
+    std::fs::create_dir(&out).unwrap();
+    run(
+        &format!(
+            "tar -C {} -cf - . | tar -C {} -xf -",
+            b.p("src").display(),
+            out.display()
+        ),
+        &base,
+    );
+    assert_eq!(listing(&out), listing(&tree), "tar out of the other node's mount");
     run(
         "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline",
         &a.p("src"),
@@ -694,6 +705,39 @@ fn posix_errors_permissions_times_and_fio_verify() {
     let m = std::fs::metadata(a.p("file")).unwrap();
     assert_eq!(m.len(), 14, "size after the other node's write");
     assert!(m.mtime() > 1_000_000_000, "mtime after the other node's write");
+
+    // Close-to-open when both nodes write: b opens the file and caches it,
+    // a changes block 0 and closes, b (still open) changes another block
+    // and closes; b's next open still sees a's block (b's own size report
+    // must not hide a's change; the core's protocol simulation found this).
+    let blocks = vec![1u8; 300_000];
+    std::fs::write(a.p("both"), &blocks).unwrap();
+    {
+        let mut fb = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(b.p("both"))
+            .unwrap();
+        let mut got = Vec::new();
+        fb.read_to_end(&mut got).unwrap();
+        assert_eq!(got, blocks);
+        let mut fa = std::fs::OpenOptions::new().write(true).open(a.p("both")).unwrap();
+        fa.write_all(&[2u8; 1000]).unwrap();
+        drop(fa);
+        fb.seek(SeekFrom::Start(200_000)).unwrap();
+        fb.write_all(&[3u8; 1000]).unwrap();
+    }
+    let mut want = blocks.clone();
+    want[..1000].fill(2);
+    want[200_000..201_000].fill(3);
+    assert!(
+        std::fs::read(b.p("both")).unwrap() == want,
+        "node b sees a's write and its own"
+    );
+    assert!(
+        std::fs::read(a.p("both")).unwrap() == want,
+        "node a sees b's write and its own"
+    );
 
     // Permission checks as a local file system makes them, for `nobody`.
     std::fs::write(a.p("private"), b"root's").unwrap();

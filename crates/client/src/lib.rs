@@ -17,6 +17,7 @@ pub mod policies;
 pub use data::{DataPath, Placement, DEFAULT_RETRIES};
 pub use policies::{FilePolicies, NodeCacheConfig};
 
+use parcache_core::consistency::close_to_open::{self, CloseAction, OpenAction};
 use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, WritePolicyKind};
 use parcache_driver::{BelowError, Driver, DriverError};
 use parcache_proto::{
@@ -325,11 +326,16 @@ impl Fs {
         if !cacheable && st.cached {
             self.uncache(&st, a.handle).await?;
         }
-        if st.policies.consistency.revalidate_on_open() && a.version != st.version && !st.unreported() {
+        if close_to_open::at_open(st.policies.consistency, st.version, a.version) == OpenAction::Drop {
+            // Another node changed the file: this node's own writes go
+            // first (pushed and reported), then every cached block.
             st.pool
                 .flush_file(a.handle)
                 .await
                 .map_err(|e| from_below(format!("handle {}", a.handle), e))?;
+            if let Some(after) = self.report_attr(a.handle).await? {
+                a = after;
+            }
             st.pool.discard_file(a.handle, 0).await;
             self.update(a.handle, |s| {
                 s.version = a.version;
@@ -361,7 +367,7 @@ impl Fs {
     /// dirty blocks go down and its size reaches the metadata server.
     pub async fn flush(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
-        if st.policies.consistency.flush_on_close() {
+        if close_to_open::at_close(st.policies.consistency) == CloseAction::Push {
             self.push(a).await?;
         }
         Ok(())
@@ -492,18 +498,23 @@ impl Fs {
 
     /// Tells the metadata server the size this node wrote the file to.
     async fn report(&self, handle: u64) -> Result<()> {
+        self.report_attr(handle).await.map(|_| ())
+    }
+
+    /// As [`Fs::report`]; the file's attributes after, if a report was due.
+    async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
         let (size, upto) = match self.files.lock().expect("not poisoned").get(&handle) {
             Some(s) if s.unreported() => (s.size, s.writes),
-            _ => return Ok(()),
+            _ => return Ok(None),
         };
         let attr = self
             .md_attr(&format!("handle {handle}"), Request::Written { handle, size })
             .await?;
         self.update(handle, |s| {
-            s.version = attr.version;
+            s.version = close_to_open::after_report(s.version, attr.version);
             s.reported = s.reported.max(upto);
         });
-        Ok(())
+        Ok(Some(attr))
     }
 
     /// Pushes every dirty block of every file and reports sizes; call it

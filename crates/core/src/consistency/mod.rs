@@ -12,6 +12,7 @@
 //! * `none` (PVFS): no guarantee, no traffic; dirty blocks go down when the
 //!   write policy says.
 
+pub mod close_to_open;
 pub mod sprite;
 
 use crate::error::PolicyError;
