@@ -71,6 +71,27 @@ impl Drop for Mounted {
 
 struct Cluster(PathBuf);
 
+/// A fresh cluster with `iods` data servers in a temporary directory named
+/// by `tag`, and two mounts of it that act as two nodes.
+fn two_nodes(tag: &str, iods: &str) -> (PathBuf, Cluster, Mounted, Mounted) {
+    let base = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", iods]);
+    assert!(ok, "{err}");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let b = Mounted::new(&cluster.0, base.join("b"));
+    (base, cluster, a, b)
+}
+
+/// Unmounts both nodes as a user would, stops the cluster, removes it all.
+fn finish(base: PathBuf, cluster: Cluster, a: Mounted, b: Mounted) {
+    a.unmount();
+    b.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         parcache(&["down", "--data", self.0.to_str().unwrap()]);
@@ -338,14 +359,8 @@ fn up_mounts_and_down_unmounts() {
 #[test]
 fn fsx_random_operations_under_every_write_policy() {
     use rand::{Rng, SeedableRng};
-    let base = std::env::temp_dir().join(format!("parcache-fsx-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
+    let (base, cluster, a, b) = two_nodes("fsx", "3");
     let d = cluster.0.to_str().unwrap();
-    let (ok, _, err) = parcache(&["up", "--data", d, "--iods", "3"]);
-    assert!(ok, "{err}");
-    let a = Mounted::new(&cluster.0, base.join("a"));
-    let b = Mounted::new(&cluster.0, base.join("b"));
     let ops_per_policy = 4000;
     // Every write policy under close-to-open, and write-back under sprite
     // (whose files bypass the page cache: direct I/O, no shared mappings).
@@ -462,10 +477,7 @@ fn fsx_random_operations_under_every_write_policy() {
             "{name}: the other node reads the file as the model has it"
         );
     }
-    a.unmount();
-    b.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
+    finish(base, cluster, a, b);
 }
 
 /// `sprite` consistency between two mounts (two nodes), as Biswas et al.
@@ -476,14 +488,8 @@ fn fsx_random_operations_under_every_write_policy() {
 /// writers to disjoint ranges produce exactly the bytes each wrote.
 #[test]
 fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
-    let base = std::env::temp_dir().join(format!("parcache-sprite-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
+    let (base, cluster, a, b) = two_nodes("sprite", "3");
     let d = cluster.0.to_str().unwrap();
-    let (ok, _, err) = parcache(&["up", "--data", d, "--iods", "3"]);
-    assert!(ok, "{err}");
-    let a = Mounted::new(&cluster.0, base.join("a"));
-    let b = Mounted::new(&cluster.0, base.join("b"));
     std::fs::create_dir(a.p("sp")).unwrap();
     for set in ["consistency=sprite", "write=write-back"] {
         let (ok, _, err) = parcache(&["policy", "set", "--data", d, "pc:/sp", set]);
@@ -559,10 +565,7 @@ fn sprite_recalls_dirty_blocks_and_uncaches_write_shared_files() {
         std::fs::read(b.p("sp/shared")).unwrap() == want,
         "node b, after both closed"
     );
-    a.unmount();
-    b.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
+    finish(base, cluster, a, b);
 }
 
 /// Runs `cmd` under `sh` as the unprivileged user `nobody` (65534); returns
@@ -583,14 +586,7 @@ fn as_nobody(cmd: &str) -> (bool, String) {
 #[test]
 fn posix_errors_permissions_times_and_fio_verify() {
     use std::os::unix::fs::PermissionsExt;
-    let base = std::env::temp_dir().join(format!("parcache-posix2-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
-    let d = cluster.0.to_str().unwrap();
-    let (ok, _, err) = parcache(&["up", "--data", d, "--iods", "2"]);
-    assert!(ok, "{err}");
-    let a = Mounted::new(&cluster.0, base.join("a"));
-    let b = Mounted::new(&cluster.0, base.join("b"));
+    let (base, cluster, a, b) = two_nodes("posix2", "2");
 
     // EISDIR, ENOTDIR and rename's errors.
     std::fs::create_dir(a.p("dir")).unwrap();
@@ -789,8 +785,5 @@ fn posix_errors_permissions_times_and_fio_verify() {
     };
     fio(&a.p("fio"), "");
     fio(&b.p("fio"), "--verify_only");
-    a.unmount();
-    b.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
+    finish(base, cluster, a, b);
 }
