@@ -244,11 +244,17 @@ impl DataPath {
     /// durable (each syncs its write log; all at once).
     pub async fn sync(&self, handle: u64) -> Result<()> {
         let p = self.placement(handle)?;
-        let calls = p.servers.iter().map(|&s| async move {
+        self.sync_servers(&p.servers, &format!("handle {handle}")).await
+    }
+
+    /// Has each of `servers` sync its write log, all at once; `what` names
+    /// the file (or the whole node) in errors.
+    pub async fn sync_servers(&self, servers: &[u32], what: &str) -> Result<()> {
+        let calls = servers.iter().map(|&s| async move {
             match self.call(s, &Request::Sync, &[]).await? {
                 (Response::Ok, _) => Ok(()),
                 (Response::Error(e), _) => Err(FsError::Remote {
-                    path: format!("handle {handle}"),
+                    path: what.to_string(),
                     code: e.code,
                     message: format!("data server {s}: {}", e.message),
                 }),

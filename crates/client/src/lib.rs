@@ -542,15 +542,8 @@ impl Fs {
     /// Makes everything the servers acknowledged durable: every data
     /// server syncs its write log, then the metadata server commits.
     pub async fn sync_all(&self) -> Result<()> {
-        let calls = (0..self.data.servers() as u32).map(|i| async move {
-            match self.data.call(i, &Request::Sync, &[]).await? {
-                (Response::Ok, _) => Ok(()),
-                (other, _) => Err(FsError::Protocol(format!("data server {i}: reply to Sync: {other:?}"))),
-            }
-        });
-        for r in parcache_driver::join_all(calls).await {
-            r?;
-        }
+        let all: Vec<u32> = (0..self.data.servers() as u32).collect();
+        self.data.sync_servers(&all, "sync").await?;
         self.md("sync", Request::Sync).await?;
         Ok(())
     }
