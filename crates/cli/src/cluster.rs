@@ -218,7 +218,7 @@ pub fn down(a: DataArg) -> Result<()> {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = crate::daemon::runtime()?;
     // The metadata server first, then the data servers (they checkpoint their logs).
     let mut addrs = vec![c.mds.clone()];
     addrs.extend(c.iods.iter().cloned());
@@ -265,7 +265,7 @@ fn human(n: u64) -> String {
 pub fn status(a: DataArg) -> Result<()> {
     let c = read_cluster(&a.data)?;
     let secret = Secret::load(&a.data.join("secret"))?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = crate::daemon::runtime()?;
     let mut addrs = vec![("mds".to_string(), c.mds.clone())];
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
     rt.block_on(async {

@@ -87,12 +87,52 @@ pub fn secret(a: SecretArgs) -> Result<()> {
     Ok(())
 }
 
+/// Where daemons log: standard error, which `parcache up` points at a
+/// file. A failed write (a full disk) drops the line: logging must never
+/// panic, least of all while a request holds a lock (tracing-subscriber's
+/// own fallback for a failed write is `eprintln!`, which panics).
+struct QuietStderr;
+
+impl std::io::Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// Logs to standard error at `PARCACHE_LOG` (default `info`), with colour
+/// only on a terminal (a log file gets plain text).
 pub fn logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PARCACHE_LOG").unwrap_or_else(|_| "info".into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
+        .with_writer(|| QuietStderr)
         .try_init();
+}
+
+/// Worker threads of any parcache process: the cores, at most 8.
+const MAX_WORKERS: usize = 8;
+/// Threads for blocking work (block store reads and writes, metadata
+/// commits): a fixed pool, so a burst of requests queues instead of
+/// growing a thread per request (tokio's default allows 512).
+const MAX_BLOCKING: usize = 16;
+
+/// The tokio runtime of every parcache process, with its threads bounded
+/// (workers + blocking pool + the log thread + main stay well under 64).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores.clamp(1, MAX_WORKERS))
+        .max_blocking_threads(MAX_BLOCKING)
+        .enable_all()
+        .build()?)
 }
 
 fn run_daemon(
@@ -100,7 +140,7 @@ fn run_daemon(
     dir: &std::path::Path,
     start: impl std::future::Future<Output = std::io::Result<Running>>,
 ) -> Result<()> {
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = runtime()?;
     rt.block_on(async {
         let running = start
             .await

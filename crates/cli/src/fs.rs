@@ -94,7 +94,7 @@ pub enum PolicyCommand {
 const PIECE: usize = 8 << 20;
 
 fn rt() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Runtime::new()?)
+    crate::daemon::runtime()
 }
 
 fn bar(len: u64) -> ProgressBar {

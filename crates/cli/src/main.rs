@@ -7,6 +7,7 @@ mod mount;
 mod sim;
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 
 /// parcache — a parallel file system built around its cache, with a
 /// deterministic simulator of the same policy code.
@@ -82,7 +83,8 @@ fn main() {
         {
             return;
         }
-        eprintln!("parcache: error: {e:#}");
+        // Not eprintln!: it panics when standard error is gone too.
+        let _ = writeln!(std::io::stderr(), "parcache: error: {e:#}");
         std::process::exit(1);
     }
 }

@@ -39,7 +39,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     if !std::path::Path::new("/dev/fuse").exists() {
         bail!("/dev/fuse is missing: this machine cannot mount FUSE file systems (scripts/setup.sh installs fuse3)");
     }
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = crate::daemon::runtime()?;
     let fs = rt.block_on(a.target.connect())?;
     let session = Mount::new(fs.clone(), rt.handle().clone())
         .spawn(&a.mountpoint)

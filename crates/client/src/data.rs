@@ -7,9 +7,9 @@ use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
 use parcache_proto::{Client, Request, Response, Secret};
+use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex as SyncMutex;
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -69,17 +69,16 @@ impl DataPath {
     }
 
     pub fn place(&self, handle: u64, p: Placement) {
-        self.placements.lock().expect("not poisoned").insert(handle, p);
+        self.placements.lock().insert(handle, p);
     }
 
     pub fn forget(&self, handle: u64) {
-        self.placements.lock().expect("not poisoned").remove(&handle);
+        self.placements.lock().remove(&handle);
     }
 
     fn placement(&self, handle: u64) -> Result<Placement> {
         self.placements
             .lock()
-            .expect("not poisoned")
             .get(&handle)
             .cloned()
             .ok_or_else(|| FsError::Protocol(format!("handle {handle} is not open on this node")))

@@ -23,9 +23,10 @@ use parcache_driver::{BelowError, Driver, DriverError};
 use parcache_proto::{
     Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT,
 };
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -172,6 +173,7 @@ impl Fs {
         let mds = Client::connect(mds_addr, secret).await?;
         let addrs = match mds.call(&Request::Servers, &[]).await?.0 {
             Response::Servers(a) => a,
+            Response::Error(e) => return Err(FsError::Protocol(format!("{mds_addr}: {}", e.message))),
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
         Ok(Arc::new_cyclic(|me| Fs {
@@ -215,7 +217,7 @@ impl Fs {
     }
 
     fn pool(&self, p: &FilePolicies) -> Result<Arc<Pool>> {
-        let mut pools = self.pools.lock().expect("not poisoned");
+        let mut pools = self.pools.lock();
         if let Some(pool) = pools.get(&p.pool_key()) {
             return Ok(pool.clone());
         }
@@ -240,7 +242,7 @@ impl Fs {
 
     /// This node's state of the file, learning its policies on first use.
     async fn state(&self, a: &Attr) -> Result<FileState> {
-        if let Some(st) = self.files.lock().expect("not poisoned").get(&a.handle) {
+        if let Some(st) = self.files.lock().get(&a.handle) {
             return Ok(st.clone());
         }
         let what = format!("handle {}", a.handle);
@@ -268,17 +270,11 @@ impl Fs {
             cached: true,
             opens: 0,
         };
-        Ok(self
-            .files
-            .lock()
-            .expect("not poisoned")
-            .entry(a.handle)
-            .or_insert(st)
-            .clone())
+        Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
     }
 
     fn update(&self, handle: u64, f: impl FnOnce(&mut FileState)) {
-        if let Some(st) = self.files.lock().expect("not poisoned").get_mut(&handle) {
+        if let Some(st) = self.files.lock().get_mut(&handle) {
             f(st);
         }
     }
@@ -456,7 +452,7 @@ impl Fs {
 
     /// Does what the metadata server asked of this node for a file.
     async fn called_back(&self, handle: u64, cb: Callback) -> Result<()> {
-        let Some(st) = self.files.lock().expect("not poisoned").get(&handle).cloned() else {
+        let Some(st) = self.files.lock().get(&handle).cloned() else {
             return Ok(()); // never touched here: nothing cached
         };
         let _alone = st.gate.write().await;
@@ -503,7 +499,7 @@ impl Fs {
 
     /// As [`Fs::report`]; the file's attributes after, if a report was due.
     async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
-        let (size, upto) = match self.files.lock().expect("not poisoned").get(&handle) {
+        let (size, upto) = match self.files.lock().get(&handle) {
             Some(s) if s.unreported() => (s.size, s.writes),
             _ => return Ok(None),
         };
@@ -520,14 +516,14 @@ impl Fs {
     /// Pushes every dirty block of every file and reports sizes; call it
     /// before the program exits (the `parcache` commands do).
     pub async fn shutdown(&self) -> Result<()> {
-        let pools: Vec<Arc<Pool>> = self.pools.lock().expect("not poisoned").values().cloned().collect();
+        let pools: Vec<Arc<Pool>> = self.pools.lock().values().cloned().collect();
         let mut first = None;
         for p in pools {
             if let Err(e) = p.flush_all().await {
                 first.get_or_insert(from_below("node cache".into(), e));
             }
         }
-        let handles: Vec<u64> = self.files.lock().expect("not poisoned").keys().copied().collect();
+        let handles: Vec<u64> = self.files.lock().keys().copied().collect();
         for h in handles {
             if let Err(e) = self.report(h).await {
                 first.get_or_insert(e);
@@ -550,7 +546,7 @@ impl Fs {
 
     /// Each pool of the node cache: its policies and counters.
     pub fn cache_stats(&self) -> Vec<(String, CacheStats)> {
-        let pools = self.pools.lock().expect("not poisoned");
+        let pools = self.pools.lock();
         let mut v: Vec<_> = pools
             .iter()
             .map(|((r, w, p), pool)| (format!("{r} {w} {p}"), pool.stats()))
@@ -751,7 +747,7 @@ impl Fs {
         };
         match self.md(&what, req).await? {
             Response::Policies(p) => {
-                let known = self.files.lock().expect("not poisoned").remove(&handle);
+                let known = self.files.lock().remove(&handle);
                 if let Some(st) = known {
                     st.pool
                         .flush_file(handle)
@@ -784,14 +780,13 @@ impl Fs {
     pub fn local_size(&self, handle: u64) -> Option<u64> {
         self.files
             .lock()
-            .expect("not poisoned")
             .get(&handle)
             .filter(|s| s.unreported())
             .map(|s| s.size)
     }
 
     async fn remove_data(&self, a: &Attr) -> Result<()> {
-        let known = self.files.lock().expect("not poisoned").remove(&a.handle);
+        let known = self.files.lock().remove(&a.handle);
         if let Some(st) = known {
             st.pool.discard_file(a.handle, 0).await;
         }

@@ -21,10 +21,11 @@ use parcache_core::{
     split_blocks, Access, AccessError, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect,
     FileId, PolicyError, ReplacementKind, Time, WritePolicyKind,
 };
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use thiserror::Error;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
@@ -96,7 +97,7 @@ struct Lane<'a, B> {
 
 impl<B> Drop for Lane<'_, B> {
     fn drop(&mut self) {
-        self.shared.free_lanes.lock().expect("not poisoned").push(self.id);
+        self.shared.free_lanes.lock().push(self.id);
     }
 }
 
@@ -229,12 +230,7 @@ impl<B: Below> Driver<B> {
     async fn access(&self, key: BlockKey, access: Access, copy: impl FnOnce(&mut [u8])) -> Result<(), DriverError> {
         let sh = &*self.shared;
         let _permit = sh.lane_permits.acquire().await.expect("never closed");
-        let id = sh
-            .free_lanes
-            .lock()
-            .expect("not poisoned")
-            .pop()
-            .expect("a permit means a free lane");
+        let id = sh.free_lanes.lock().pop().expect("a permit means a free lane");
         let lane = Lane {
             id,
             shared: sh,
@@ -350,7 +346,7 @@ impl<B: Below> Driver<B> {
 
 impl<B: Below> Shared<B> {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().expect("cache state not poisoned")
+        self.state.lock()
     }
 
     fn now(&self) -> Time {

@@ -24,7 +24,7 @@ impl Mem {
         }
     }
     fn file(&self, f: FileId) -> Vec<u8> {
-        self.files.lock().unwrap().get(&f).cloned().unwrap_or_default()
+        self.files.lock().get(&f).cloned().unwrap_or_default()
     }
 }
 
@@ -37,7 +37,7 @@ impl Below for Mem {
             return Err(BelowError::io("disk on fire"));
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
-        let mut files = self.files.lock().unwrap();
+        let mut files = self.files.lock();
         let f = files.entry(key.file).or_default();
         for (at, data) in pieces {
             let off = (key.index * self.block_size as u64 + at as u64) as usize;
@@ -264,7 +264,7 @@ fn a_failed_write_is_reported_at_the_next_flush_of_its_file() {
 fn a_failed_fetch_fails_the_read_and_the_next_one_works() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
-        below.files.lock().unwrap().insert(5, vec![9; 100]);
+        below.files.lock().insert(5, vec![9; 100]);
         let d = simple(2, WritePolicyKind::WriteBack, &below);
         below.fail.store(true, Ordering::SeqCst);
         let mut out = [0u8; 10];
@@ -330,7 +330,7 @@ fn concurrent_access_on_many_threads() {
             for f in 0..8u64 {
                 assert_eq!(below.file(100 + f)[..1000], bytes_of(f as u8, 0, 1000)[..], "{w}");
             }
-            below.files.lock().unwrap().clear();
+            below.files.lock().clear();
         }
     });
 }

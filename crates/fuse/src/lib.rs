@@ -17,11 +17,12 @@ use fuser::{
 use parcache_client::{FilePolicies, Fs, FsError};
 use parcache_core::ConsistencyKind;
 use parcache_proto::{Attr, FileKind, SetAttr, Timestamp};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use fuser::{BackgroundSession, MountOption};
@@ -176,7 +177,7 @@ fn writes(flags: i32) -> bool {
 
 /// Notes one more open description of a file, with its newest attributes.
 fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
-    let mut open = open.lock().expect("not poisoned");
+    let mut open = open.lock();
     let e = open.entry(a.handle).or_insert((a.clone(), 0));
     e.0 = a;
     e.1 += 1;
@@ -203,12 +204,7 @@ fn name_of(name: &OsStr) -> Result<String, i32> {
 impl Mount {
     /// The attributes of an open file, or from the metadata server.
     fn attr_of(&self, ino: u64) -> impl Future<Output = Result<Attr, FsError>> + Send + 'static {
-        let known = self
-            .open
-            .lock()
-            .expect("not poisoned")
-            .get(&ino)
-            .map(|(a, _)| a.clone());
+        let known = self.open.lock().get(&ino).map(|(a, _)| a.clone());
         let fs = self.fs.clone();
         async move {
             match known {
@@ -287,7 +283,7 @@ impl Filesystem for Mount {
                 if let (Some(size), Some(attr)) = (size, attr) {
                     let t = fs.truncate(&attr.await?, size).await?;
                     a = Some(t);
-                    if let Some(e) = open.lock().expect("not poisoned").get_mut(&ino) {
+                    if let Some(e) = open.lock().get_mut(&ino) {
                         e.0 = a.clone().expect("set above");
                     }
                 }
@@ -495,7 +491,7 @@ impl Filesystem for Mount {
         reply: ReplyEmpty,
     ) {
         let a = {
-            let mut open = self.open.lock().expect("not poisoned");
+            let mut open = self.open.lock();
             match open.get_mut(&ino) {
                 Some(e) if e.1 <= 1 => open.remove(&ino).map(|(a, _)| a),
                 Some(e) => {

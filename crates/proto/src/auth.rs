@@ -144,6 +144,9 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, secr
         let theirs = match read_frame::<Handshake, _>(s).await?.msg {
             Handshake::Challenge { nonce, proof } => {
                 if secret.proof(b"parcache server", &mine, &nonce) != blake3::Hash::from_bytes(proof) {
+                    // Say so, so the server can log who failed and why.
+                    let reason = "the client's cluster secret does not match this server's".to_string();
+                    let _ = write_frame(s, 0, &Handshake::Refused { reason }, &[]).await;
                     return Err(AuthError::BadProof);
                 }
                 nonce
@@ -185,6 +188,7 @@ pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, secr
                 write_frame(s, 0, &Handshake::Welcome, &[]).await?;
                 Ok(())
             }
+            Handshake::Refused { reason } => Err(AuthError::Refused(reason)),
             Handshake::Proof { .. } => {
                 write_frame(
                     s,

@@ -6,11 +6,12 @@ use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::frame::{encode, read_frame, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -41,9 +42,9 @@ struct Inner {
 
 impl Inner {
     fn fail_all(&self, reason: String) {
-        *self.reason.lock().expect("not poisoned") = reason.clone();
+        *self.reason.lock() = reason.clone();
         self.closed.store(true, Ordering::SeqCst);
-        let pending: Vec<_> = self.pending.lock().expect("not poisoned").drain().collect();
+        let pending: Vec<_> = self.pending.lock().drain().collect();
         for (_, tx) in pending {
             let _ = tx.send(Err(ConnError::Closed {
                 addr: self.addr.clone(),
@@ -69,7 +70,15 @@ impl Client {
         s.set_nodelay(true).ok();
         client_handshake(&mut s, secret).await.map_err(|e| ConnError::Auth {
             addr: addr.to_string(),
-            reason: e.to_string(),
+            reason: match e {
+                AuthError::BadProof => "the server does not know our cluster secret: the local secret file \
+                                        does not match the cluster's (or this is another cluster)"
+                    .into(),
+                AuthError::Frame(_) | AuthError::Unexpected | AuthError::Timeout(_) => {
+                    format!("this is not a parcache server (the handshake failed: {e})")
+                }
+                e => e.to_string(),
+            },
         })?;
         let (mut r, mut w) = s.into_split();
         let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
@@ -93,7 +102,7 @@ impl Client {
             loop {
                 match read_frame::<Response, _>(&mut r).await {
                     Ok(f) => {
-                        let tx = reader.pending.lock().expect("not poisoned").remove(&f.id);
+                        let tx = reader.pending.lock().remove(&f.id);
                         if let Some(tx) = tx {
                             let _ = tx.send(Ok((f.msg, f.data)));
                         }
@@ -123,13 +132,13 @@ impl Client {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let frame = encode(id, req, data).map_err(|e| ConnError::TooLarge(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
-        self.inner.pending.lock().expect("not poisoned").insert(id, tx);
+        self.inner.pending.lock().insert(id, tx);
         let closed = || ConnError::Closed {
             addr: self.inner.addr.clone(),
-            reason: self.inner.reason.lock().expect("not poisoned").clone(),
+            reason: self.inner.reason.lock().clone(),
         };
         if self.is_closed() || self.inner.tx.send(frame).is_err() {
-            self.inner.pending.lock().expect("not poisoned").remove(&id);
+            self.inner.pending.lock().remove(&id);
             return Err(closed());
         }
         rx.await.unwrap_or_else(|_| Err(closed()))
@@ -174,6 +183,10 @@ async fn connection<H: Handler>(
     if let Err(e) = server_handshake(&mut stream, &secret).await {
         match e {
             AuthError::Frame(FrameError::Closed) => tracing::debug!("{peer} left before authenticating"),
+            AuthError::Refused(reason) => tracing::warn!("refused connection from {peer}: {reason}"),
+            AuthError::BadProof => {
+                tracing::warn!("refused connection from {peer}: its cluster secret does not match ours")
+            }
             e => tracing::warn!("refused connection from {peer}: {e}"),
         }
         return;

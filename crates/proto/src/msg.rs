@@ -198,6 +198,14 @@ pub enum Request {
     },
     /// Counters and capacity.
     Stats,
+    /// Which cluster this data server belongs to and its index there.
+    Identity,
+    /// Become data server `index` of `cluster` (the metadata server's first
+    /// start names each data server); refused if it already is another.
+    Adopt {
+        cluster: String,
+        index: u32,
+    },
 }
 
 /// Counters a server reports.
@@ -245,12 +253,23 @@ pub enum Response {
     },
     /// Callbacks for a node: (callback id, file, what to do).
     Callbacks(Vec<(u64, Handle, Callback)>),
+    /// A data server's place in its cluster (`None` before it is adopted).
+    Identity(Option<ServerIdentity>),
     /// A file created (or found, if not exclusive), with its policies, so
     /// the creator needs no second request to learn them.
     Created {
         attr: Attr,
         policies: Vec<(String, String)>,
     },
+}
+
+/// A data server's place in its cluster, kept in its directory, so a
+/// metadata server given its data servers in another order (or another
+/// cluster's) refuses to start instead of mixing up stripes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerIdentity {
+    pub cluster: String,
+    pub index: u32,
 }
 
 /// What the metadata server asks of a node under `sprite` consistency.

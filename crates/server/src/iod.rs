@@ -12,21 +12,30 @@
 //! `threshold(high=90%,low=50%)` by default, or `periodic` or
 //! `lru-writeback` (Biswas et al. 1993 §3). A checkpoint (when the log
 //! passes `checkpoint_bytes`, and at shutdown) writes every dirty block
-//! down, syncs the files written since the last one and empties the log. At
-//! start the log is replayed into the block store, which is synced, and emptied.
+//! down, syncs the files written since the last one and empties the log.
+//! It also runs when a file is removed or the disk runs low (so deleting
+//! files frees their logged bytes), and once before a write that failed
+//! for want of space is tried again. At start the log is replayed into the
+//! write cache, not the block store, so a restart on a full disk needs no
+//! space; the log is emptied by the next checkpoint.
+//!
+//! A data server holds the lock `DIR/lock` while it runs (a second one on
+//! the same directory is refused) and keeps its place in its cluster in
+//! `DIR/identity` (see [`ServerIdentity`]).
 
 use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
 use parcache_driver::{Below, BelowError, Driver};
-use parcache_proto::msg::ServerStats;
+use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
 use parcache_store::{BlockStore, Entry, FileMedia, GroupLog, Wal};
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, RwLock};
 
@@ -70,7 +79,7 @@ struct StoreBelow {
 
 impl Below for StoreBelow {
     async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
-        self.touched.lock().expect("not poisoned").insert(key.file);
+        self.touched.lock().insert(key.file);
         let store = self.store.clone();
         let base = key.index * IOD_BLOCK as u64;
         tokio::task::spawn_blocking(move || {
@@ -120,6 +129,37 @@ struct Iod {
     checkpointing: std::sync::atomic::AtomicBool,
     reads: AtomicU64,
     writes: AtomicU64,
+    identity: Mutex<Option<ServerIdentity>>,
+}
+
+/// The file in a data server's directory that names its cluster and index.
+const IDENTITY: &str = "identity";
+
+/// Reads `DIR/identity` (`CLUSTER INDEX`), `None` if the server was never adopted.
+pub fn read_identity(dir: &std::path::Path) -> io::Result<Option<ServerIdentity>> {
+    let p = dir.join(IDENTITY);
+    let s = match std::fs::read_to_string(&p) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("{} is damaged: {s:?}", p.display()));
+    let (cluster, index) = s.trim().split_once(' ').ok_or_else(bad)?;
+    Ok(Some(ServerIdentity {
+        cluster: cluster.to_string(),
+        index: index.parse().map_err(|_| bad())?,
+    }))
+}
+
+/// Writes `DIR/identity` durably (a temporary file, synced, renamed over).
+fn write_identity(dir: &std::path::Path, id: &ServerIdentity) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join("identity.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{} {}", id.cluster, id.index)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(IDENTITY))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 fn io_reply(what: &str, e: io::Error) -> Response {
@@ -167,6 +207,13 @@ impl Iod {
     /// applied to the block store.
     async fn cut(&self, entry: Entry) -> io::Result<()> {
         let _g = self.gate.read().await;
+        self.log.append(entry.clone()).await?;
+        self.cut_logged(entry).await
+    }
+
+    /// Applies a logged truncate or remove: the cache forgets the handle's
+    /// blocks (a truncate first writes them down), the block store follows.
+    async fn cut_logged(&self, entry: Entry) -> io::Result<()> {
         let h = entry.handle();
         if let Entry::Truncate { .. } = entry {
             self.cache
@@ -175,15 +222,26 @@ impl Iod {
                 .map_err(|e| io::Error::other(e.message))?;
         }
         self.cache.discard_file(h, 0).await;
-        self.log.append(entry.clone()).await?;
-        self.below.touched.lock().expect("not poisoned").insert(h);
+        self.below.touched.lock().insert(h);
         self.blocking(move |s| apply(s, &entry)).await
+    }
+
+    /// Redoes one entry of the log found at start (it stays in the log).
+    async fn redo(&self, e: Entry) -> io::Result<()> {
+        match e {
+            Entry::Write { handle, offset, data } => self
+                .cache
+                .write(handle, offset, &data)
+                .await
+                .map_err(|e| io::Error::other(e.to_string())),
+            cut => self.cut_logged(cut).await,
+        }
     }
 
     async fn checkpoint(&self) -> io::Result<()> {
         let _g = self.gate.write().await;
         self.cache.flush_all().await.map_err(|e| io::Error::other(e.message))?;
-        let touched: Vec<u64> = self.below.touched.lock().expect("not poisoned").drain().collect();
+        let touched: Vec<u64> = self.below.touched.lock().drain().collect();
         self.blocking(move |s| {
             for h in touched {
                 s.sync(h)?;
@@ -194,8 +252,22 @@ impl Iod {
         self.log.compact(Vec::new()).await
     }
 
-    async fn maybe_checkpoint(self: &Arc<Self>) {
-        if self.log.bytes().await < self.checkpoint_bytes || self.checkpointing.swap(true, Ordering::SeqCst) {
+    /// Whether the disk is short of space for what the log holds: its
+    /// free space is below the log's size or 64 MiB.
+    fn low_on_space(&self, log_bytes: u64) -> bool {
+        let (_, free) = crate::capacity(&self.data_dir);
+        free < log_bytes.max(64 << 20)
+    }
+
+    /// Starts a checkpoint in the background when the log has passed its
+    /// size, or (`removed`: after a file was removed) holds a quarter of
+    /// it, or the disk runs low: it frees the log's space.
+    async fn maybe_checkpoint(self: &Arc<Self>, removed: bool) {
+        let bytes = self.log.bytes().await;
+        let due = bytes >= self.checkpoint_bytes
+            || (removed && bytes >= self.checkpoint_bytes / 4)
+            || (bytes > 0 && self.low_on_space(bytes));
+        if !due || self.checkpointing.swap(true, Ordering::SeqCst) {
             return;
         }
         let me = self.clone();
@@ -246,10 +318,20 @@ impl Handler for IodHandler {
                 if let Some(r) = beyond_limit("write", handle, offset, len) {
                     return (r, Bytes::new());
                 }
-                match iod.write(handle, offset, data, buffered).await {
+                let mut r = iod.write(handle, offset, data.clone(), buffered).await;
+                if r.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::StorageFull) {
+                    // The log filled the disk: a checkpoint frees the space
+                    // of what is already in the block store; try once more.
+                    tracing::warn!("write log: the disk is full; checkpointing to free the log's space");
+                    if let Err(e) = iod.checkpoint().await {
+                        tracing::warn!("checkpoint on a full disk: {e}");
+                    }
+                    r = iod.write(handle, offset, data, buffered).await;
+                }
+                match r {
                     Ok(()) => {
                         iod.writes.fetch_add(1, Ordering::Relaxed);
-                        iod.maybe_checkpoint().await;
+                        iod.maybe_checkpoint(false).await;
                         Response::Written { len }
                     }
                     Err(e) => io_reply(&format!("write of {len} bytes at {offset} of handle {handle}"), e),
@@ -284,12 +366,49 @@ impl Handler for IodHandler {
                 Err(e) => io_reply(&format!("truncate of handle {handle}"), e),
             },
             Request::Remove { handle } => match iod.cut(Entry::Remove { handle }).await {
-                Ok(()) => Response::Ok,
+                Ok(()) => {
+                    iod.maybe_checkpoint(true).await;
+                    Response::Ok
+                }
                 Err(e) => io_reply(&format!("remove of handle {handle}"), e),
             },
             Request::Shutdown => {
+                // Checkpoint before answering, so `parcache down` can say
+                // when it fails (the log keeps everything then: nothing is
+                // lost, the next start replays it).
+                let r = iod.checkpoint().await;
                 let _ = self.1.send(true);
-                Response::Ok
+                match r {
+                    Ok(()) => Response::Ok,
+                    Err(e) => io_reply("checkpoint at shutdown (the write log keeps the data)", e),
+                }
+            }
+            Request::Identity => Response::Identity(iod.identity.lock().clone()),
+            Request::Adopt { cluster, index } => {
+                let mut id = iod.identity.lock();
+                let want = ServerIdentity { cluster, index };
+                match &*id {
+                    Some(have) if *have == want => Response::Ok,
+                    Some(have) => Response::error(
+                        ErrorCode::Invalid,
+                        format!(
+                            "{} is data server {} of cluster {}, not data server {} of cluster {}",
+                            iod.data_dir.display(),
+                            have.index,
+                            have.cluster,
+                            want.index,
+                            want.cluster
+                        ),
+                    ),
+                    None => match write_identity(&iod.data_dir, &want) {
+                        Ok(()) => {
+                            tracing::info!("adopted as data server {} of cluster {}", want.index, want.cluster);
+                            *id = Some(want);
+                            Response::Ok
+                        }
+                        Err(e) => io_reply("writing the identity file", e),
+                    },
+                }
             }
             Request::Stats => {
                 let c = iod.cache.stats();
@@ -306,7 +425,10 @@ impl Handler for IodHandler {
                     writes_down: c.writes,
                 })
             }
-            other => Response::error(ErrorCode::BadRequest, format!("a data server does not serve {other:?}")),
+            other => Response::error(
+                ErrorCode::BadRequest,
+                format!("this is a parcache data server, not a metadata server; it does not serve {other:?}"),
+            ),
         };
         (resp, Bytes::new())
     }
@@ -314,22 +436,10 @@ impl Handler for IodHandler {
 
 /// Opens the stores (replaying the log) and binds. Await `served` to run.
 pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
-    std::fs::create_dir_all(&cfg.data_dir)?;
+    let lock = crate::lock_dir(&cfg.data_dir, "data server")?;
+    let identity = read_identity(&cfg.data_dir)?;
     let store = Arc::new(BlockStore::open(&cfg.data_dir)?);
-    let (mut wal, replay) = Wal::open(FileMedia::open(&cfg.data_dir.join("log"))?)?;
-    if !replay.entries.is_empty() {
-        tracing::info!("replaying {} logged writes into the block store", replay.entries.len());
-        let mut handles = HashSet::new();
-        for e in &replay.entries {
-            apply(&store, e)?;
-            handles.insert(e.handle());
-        }
-        for h in handles {
-            store.sync(h)?;
-        }
-        store.sync_dir()?;
-        wal.compact(&[])?;
-    }
+    let (wal, replay) = Wal::open(FileMedia::open(&cfg.data_dir.join("log"))?)?;
     let below = Arc::new(StoreBelow {
         store: store.clone(),
         touched: Mutex::new(HashSet::new()),
@@ -360,7 +470,16 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         checkpointing: false.into(),
         reads: AtomicU64::new(0),
         writes: AtomicU64::new(0),
+        identity: Mutex::new(identity),
     });
+    if !replay.entries.is_empty() {
+        // Into the write cache (the bytes stay in the log until the next
+        // checkpoint), so replay needs no free space on the disk.
+        tracing::info!("replaying {} logged writes into the write cache", replay.entries.len());
+        for e in replay.entries {
+            iod.redo(e).await?;
+        }
+    }
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
@@ -368,7 +487,9 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let handler = Arc::new(IodHandler(iod.clone(), stop.clone()));
     let served = Box::pin(async move {
         serve(listener, cfg.secret, handler, rx).await;
-        iod.checkpoint().await
+        let r = iod.checkpoint().await;
+        drop(lock);
+        r
     });
     Ok(crate::Running { addr, stop, served })
 }

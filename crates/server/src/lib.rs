@@ -16,6 +16,47 @@ pub fn capacity(dir: &std::path::Path) -> (u64, u64) {
     }
 }
 
+/// Takes the exclusive lock on a daemon's data directory (`DIR/lock`,
+/// flock) for as long as the returned file is open: a second daemon on the
+/// same directory (a hand-started one, or an orphan of a failed `up`)
+/// would replay, checkpoint and empty the same log, losing data.
+pub fn lock_dir(dir: &std::path::Path, what: &str) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{flock, FlockOperation};
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "another {what} is already running on {} (it holds the lock {})",
+                dir.display(),
+                path.display()
+            ),
+        )),
+        Err(e) => Err(std::io::Error::from(e)),
+    }
+}
+
+/// A random 64-bit number from the OS (cluster ids).
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS's random source.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;

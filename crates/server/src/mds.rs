@@ -15,11 +15,12 @@
 use bytes::Bytes;
 use parcache_core::consistency::sprite::{Callback as CoreCallback, SpriteServer};
 use parcache_core::{ConsistencyKind, PrefetchKind, ReplacementKind, WritePolicyKind};
-use parcache_proto::msg::ServerStats;
+use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{
-    serve, Attr, Callback, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request, Response, Secret, SetAttr,
-    Timestamp, ROOT,
+    serve, Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request,
+    Response, Secret, SetAttr, Timestamp, ROOT,
 };
+use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -27,7 +28,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Notify};
@@ -35,6 +36,9 @@ use tokio::sync::{oneshot, watch, Notify};
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The cluster's id ("cluster") and its data servers' addresses in order
+/// ("iods", postcard), recorded at the first start.
+const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 
 /// Changes reach the disk at most this long after they were made (sooner
 /// when a client syncs).
@@ -285,6 +289,7 @@ impl Mds {
             w.open_table(INODES).map_err(db_err)?;
             w.open_table(DIRENTS).map_err(db_err)?;
             w.open_table(META).map_err(db_err)?;
+            w.open_table(CLUSTER).map_err(db_err)?;
             if tx.get(ROOT).is_err() {
                 let t = now();
                 tx.put(&Inode {
@@ -352,6 +357,32 @@ impl Mds {
             }
         }
         Ok(Response::Ok)
+    }
+
+    /// The recorded cluster id and data server addresses (none before the first start).
+    fn cluster_record(&self) -> R<(Option<String>, Option<Vec<String>>)> {
+        let rtx = self.db.begin_read().map_err(db_err)?;
+        let t = rtx.open_table(CLUSTER).map_err(db_err)?;
+        let id = t
+            .get("cluster")
+            .map_err(db_err)?
+            .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+        let iods = match t.get("iods").map_err(db_err)? {
+            Some(v) => Some(postcard::from_bytes::<Vec<String>>(v.value()).map_err(db_err)?),
+            None => None,
+        };
+        Ok((id, iods))
+    }
+
+    fn record_cluster(&self, id: &str, iods: &[String]) -> R<()> {
+        let tx = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = tx.open_table(CLUSTER).map_err(db_err)?;
+            t.insert("cluster", id.as_bytes()).map_err(db_err)?;
+            let list = postcard::to_stdvec(iods).map_err(db_err)?;
+            t.insert("iods", list.as_slice()).map_err(db_err)?;
+        }
+        tx.commit().map_err(db_err)
     }
 
     fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<String>) -> R<Inode> {
@@ -815,17 +846,17 @@ impl NodeLink {
 
 impl Sprite {
     async fn open(&self, handle: Handle, node: u64, write: bool) -> parcache_core::consistency::sprite::Grant {
-        let grant = self.state.lock().expect("not poisoned").open(node, handle, write);
+        let grant = self.state.lock().open(node, handle, write);
         let mut waits = Vec::new();
         {
-            let mut nodes = self.nodes.lock().expect("not poisoned");
+            let mut nodes = self.nodes.lock();
             nodes.entry(node).or_default().last_seen = Some(Instant::now());
             for &(n, cb) in &grant.callbacks {
                 let link = nodes.entry(n).or_default();
                 if !link.alive() {
                     tracing::warn!("node {n:x} is gone: its opens are dropped");
                     nodes.remove(&n);
-                    self.state.lock().expect("not poisoned").node_gone(n);
+                    self.state.lock().node_gone(n);
                     continue;
                 }
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -845,20 +876,20 @@ impl Sprite {
                 tracing::warn!(
                     "node {n:x} did not answer a callback for handle {handle} within {CALLBACK_TIMEOUT:?}: its opens are dropped"
                 );
-                self.nodes.lock().expect("not poisoned").remove(&n);
-                self.state.lock().expect("not poisoned").node_gone(n);
+                self.nodes.lock().remove(&n);
+                self.state.lock().node_gone(n);
             }
         }
         grant
     }
 
     fn close(&self, handle: Handle, node: u64, write: bool) {
-        self.state.lock().expect("not poisoned").close(node, handle, write);
+        self.state.lock().close(node, handle, write);
     }
 
     async fn poll(&self, node: u64) -> Vec<(u64, Handle, Callback)> {
         let notify = {
-            let mut nodes = self.nodes.lock().expect("not poisoned");
+            let mut nodes = self.nodes.lock();
             let link = nodes.entry(node).or_default();
             link.last_seen = Some(Instant::now());
             if !link.queue.is_empty() {
@@ -868,7 +899,7 @@ impl Sprite {
             link.notify.clone()
         };
         let _ = tokio::time::timeout(POLL_WAIT, notify.notified()).await;
-        let mut nodes = self.nodes.lock().expect("not poisoned");
+        let mut nodes = self.nodes.lock();
         let link = nodes.entry(node).or_default();
         link.polling = link.polling.saturating_sub(1);
         link.last_seen = Some(Instant::now());
@@ -876,7 +907,7 @@ impl Sprite {
     }
 
     fn called_back(&self, node: u64, id: u64) {
-        if let Some(link) = self.nodes.lock().expect("not poisoned").get_mut(&node) {
+        if let Some(link) = self.nodes.lock().get_mut(&node) {
             if let Some(tx) = link.waiting.remove(&id) {
                 let _ = tx.send(());
             }
@@ -884,9 +915,124 @@ impl Sprite {
     }
 }
 
+/// How long the metadata server waits at start for a data server to answer.
+const IDENTITY_WAIT: Duration = Duration::from_secs(10);
+
+/// Asks the data server at `addr` which cluster it belongs to, retrying
+/// while it starts.
+async fn identity_of(addr: &str, secret: &Secret) -> io::Result<Option<ServerIdentity>> {
+    let until = Instant::now() + IDENTITY_WAIT;
+    loop {
+        let last = match Client::connect(addr, secret).await {
+            Ok(c) => match c.call(&Request::Identity, &[]).await {
+                Ok((Response::Identity(id), _)) => return Ok(id),
+                Ok((other, _)) => {
+                    return Err(io::Error::other(format!(
+                        "{addr} is not a parcache data server (it answered {other:?} when asked who it is)"
+                    )))
+                }
+                Err(e) => e.to_string(),
+            },
+            Err(e @ ConnError::Auth { .. }) => return Err(io::Error::other(e.to_string())),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > until {
+            return Err(io::Error::other(format!(
+                "cannot reach data server {addr} to check that it belongs to this cluster \
+                 (start the data servers first): {last}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Checks the data servers given at start against the ones this metadata
+/// store was made with: the same number, each in its place, of this
+/// cluster. Data servers never adopted (a new cluster) are adopted. A
+/// mismatch would mix up every file's stripes, so it is refused with the
+/// order the servers must be given in.
+async fn check_data_servers(mds: &Mds, cfg: &MdsConfig) -> io::Result<()> {
+    let refuse = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    let (id, recorded) = mds.cluster_record().map_err(|(_, m)| io::Error::other(m))?;
+    if let Some(rec) = &recorded {
+        if rec.len() != cfg.iods.len() {
+            return Err(refuse(format!(
+                "this metadata store's cluster has {} data servers (in order: {}), {} given",
+                rec.len(),
+                rec.join(" "),
+                cfg.iods.len()
+            )));
+        }
+    }
+    let id = match id {
+        Some(id) => id,
+        None => format!("{:016x}", crate::random_u64()),
+    };
+    let mut ids = Vec::new();
+    for addr in &cfg.iods {
+        ids.push(identity_of(addr, &cfg.secret).await?);
+    }
+    let mut misplaced = false;
+    for (i, (addr, got)) in cfg.iods.iter().zip(&ids).enumerate() {
+        match got {
+            Some(got) if got.cluster != id => {
+                return Err(refuse(format!(
+                    "data server {addr} belongs to cluster {}, not to this metadata server's cluster {id}",
+                    got.cluster
+                )))
+            }
+            Some(got) => misplaced |= got.index as usize != i,
+            None if recorded.is_some() => {
+                return Err(refuse(format!(
+                    "data server {addr} (given as number {i}) was never part of cluster {id}: its directory is new \
+                     or was emptied, and data server {i} of this cluster held stripes of every file"
+                )))
+            }
+            None => {}
+        }
+    }
+    if misplaced {
+        let mut order: Vec<(u32, &String)> = ids
+            .iter()
+            .zip(&cfg.iods)
+            .filter_map(|(g, a)| Some((g.as_ref()?.index, a)))
+            .collect();
+        order.sort();
+        let args: Vec<String> = order.iter().map(|(_, a)| format!("--iod {a}")).collect();
+        return Err(refuse(format!(
+            "the data servers are given in the wrong order, which would mix up every file's stripes; \
+             give them as: {}",
+            args.join(" ")
+        )));
+    }
+    for (i, (addr, got)) in cfg.iods.iter().zip(&ids).enumerate() {
+        if got.is_none() {
+            let c = Client::connect(addr, &cfg.secret)
+                .await
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            let req = Request::Adopt {
+                cluster: id.clone(),
+                index: i as u32,
+            };
+            match c.call(&req, &[]).await.map_err(|e| io::Error::other(e.to_string()))? {
+                (Response::Ok, _) => {}
+                (Response::Error(e), _) => return Err(refuse(format!("data server {addr}: {}", e.message))),
+                (other, _) => {
+                    return Err(io::Error::other(format!(
+                        "data server {addr}: unexpected reply {other:?}"
+                    )))
+                }
+            }
+        }
+    }
+    mds.record_cluster(&id, &cfg.iods).map_err(|(_, m)| io::Error::other(m))
+}
+
 /// Opens the metadata store and binds. Await `served` to run.
 pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
+    let lock = crate::lock_dir(&cfg.data_dir, "metadata server")?;
     let mds = Arc::new(Mds::open(&cfg)?);
+    check_data_servers(&mds, &cfg).await?;
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
@@ -914,6 +1060,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
             .await
             .map_err(io::Error::other)?
             .map_err(|(_, e)| io::Error::other(e))?;
+        drop(lock);
         Ok(())
     });
     Ok(crate::Running { addr, stop, served })

@@ -87,6 +87,9 @@ struct CrashState {
     durable: Vec<u8>,
     pending: Vec<u8>,
     syncs: u64,
+    /// Bytes the model disk holds at most (a full disk): an append past it
+    /// fails with ENOSPC and writes nothing.
+    capacity: Option<usize>,
 }
 
 /// A model disk for crash tests. Clones share the same disk, so a test can
@@ -119,6 +122,10 @@ impl CrashMedia {
             }
         }
     }
+    /// Makes the disk hold at most `bytes` (appends past it fail with ENOSPC).
+    pub fn set_capacity(&self, bytes: Option<usize>) {
+        self.state.lock().expect("not poisoned").capacity = bytes;
+    }
     /// How many syncs have been made (to check group commit).
     pub fn syncs(&self) -> u64 {
         self.state.lock().expect("not poisoned").syncs
@@ -130,7 +137,13 @@ impl CrashMedia {
 
 impl Media for CrashMedia {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.state.lock().expect("not poisoned").pending.extend_from_slice(buf);
+        let mut s = self.state.lock().expect("not poisoned");
+        if s.capacity
+            .is_some_and(|c| s.durable.len() + s.pending.len() + buf.len() > c)
+        {
+            return Err(io::Error::from_raw_os_error(28));
+        }
+        s.pending.extend_from_slice(buf);
         Ok(())
     }
     fn sync(&mut self) -> io::Result<()> {

@@ -137,7 +137,10 @@ impl<M: Media> Wal<M> {
                 Ok(())
             }
             Err(err) => {
-                self.rollback();
+                // Cut back to the end of the last whole record: entries
+                // appended before this one (buffered writes already
+                // acknowledged) stay for the next sync.
+                self.cut_back(self.len);
                 Err(err)
             }
         }
@@ -157,17 +160,18 @@ impl<M: Media> Wal<M> {
         }
     }
 
-    /// After a failed append or sync (a full disk), cut the log back to its
-    /// last durable record so it stays consistent; the failed entries are
-    /// reported to their writers as not written.
+    /// After a failed sync, cut the log back to its last durable record so
+    /// it stays consistent; the failed entries are reported to their
+    /// writers (and to the next `fsync`) as not written.
     fn rollback(&mut self) {
-        if let Err(e) = self.media.truncate(self.synced) {
-            tracing::error!(
-                "write log: cannot cut back to {} bytes after a failed write: {e}",
-                self.synced
-            );
+        self.cut_back(self.synced);
+    }
+
+    fn cut_back(&mut self, to: u64) {
+        if let Err(e) = self.media.truncate(to) {
+            tracing::error!("write log: cannot cut back to {to} bytes after a failed write: {e}");
         }
-        self.len = self.synced;
+        self.len = to;
     }
 
     /// Bytes in the log.
@@ -247,6 +251,25 @@ mod tests {
             let (_, r) = Wal::open(m).unwrap();
             assert_eq!(r.entries, vec![w(1, 0, b"kept"), w(3, 0, b"next")]);
         }
+    }
+
+    #[test]
+    fn a_failed_append_on_a_full_disk_keeps_the_entries_before_it() {
+        // A buffered write is acknowledged before the sync that makes it
+        // durable; a later append failing with ENOSPC must not cut it out
+        // of the log, or the next sync would report it durable when it is not.
+        let m = CrashMedia::new();
+        let (mut log, _) = Wal::open(m.clone()).unwrap();
+        log.append(&w(1, 0, b"durable")).unwrap();
+        log.sync().unwrap();
+        log.append(&w(1, 7, b"buffered, acknowledged")).unwrap();
+        m.set_capacity(Some(m.durable_len() + 60));
+        let err = log.append(&w(2, 0, &[7u8; 100])).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28));
+        log.sync().unwrap();
+        m.crash(CrashMode::DropUnsynced);
+        let (_, r) = Wal::open(m).unwrap();
+        assert_eq!(r.entries, vec![w(1, 0, b"durable"), w(1, 7, b"buffered, acknowledged")]);
     }
 
     #[test]
