@@ -1,24 +1,29 @@
 //! `parcache up`, `down`, `status`: a whole cluster on this host.
+//!
+//! `DIR/cluster.json` records the servers (addresses and process ids) as
+//! each starts, so nothing `up` started is ever invisible to `down`, and a
+//! restart reuses the same ports. Every mount of the cluster records itself
+//! in `DIR/mounts/` (see [`crate::mount`]), so `down` unmounts each one or
+//! says which is still in use.
 
+use crate::mount::{self, MountState};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use parcache_proto::{Client, Request, Response, Secret};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What `up` records in DIR/cluster.json.
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, Default)]
 pub struct ClusterFile {
     pub mds: String,
     pub iods: Vec<String>,
+    /// Data servers' process ids in order, then the metadata server's.
     pub pids: Vec<u32>,
-    /// Mounts started by `up --mount`: (mount point, process id).
-    #[serde(default)]
-    pub mounts: Vec<(PathBuf, u32)>,
 }
 
 #[derive(Args)]
@@ -29,7 +34,8 @@ pub struct UpArgs {
     /// Number of data servers.
     #[arg(long, default_value_t = 4)]
     pub iods: u32,
-    /// Metadata server on port P, data servers on P+1…; default: free ports.
+    /// Metadata server on port P, data servers on P+1…; default: the ports
+    /// of the cluster's last run, or free ports for a new cluster.
     #[arg(long, value_name = "P")]
     pub port_base: Option<u16>,
     /// Also mount the cluster here (FUSE; `down` unmounts it first).
@@ -43,6 +49,9 @@ pub struct DataArg {
     #[arg(long, value_name = "DIR")]
     pub data: PathBuf,
 }
+
+/// How long `down` and `status` wait for one server to answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 fn cluster_file(dir: &Path) -> PathBuf {
     dir.join("cluster.json")
@@ -60,31 +69,64 @@ pub fn read_cluster(dir: &Path) -> Result<ClusterFile> {
     serde_json::from_str(&s).with_context(|| format!("{} is damaged", p.display()))
 }
 
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
+/// Writes DIR/cluster.json whole (a temporary file renamed over it).
+fn write_cluster(dir: &Path, c: &ClusterFile) -> Result<()> {
+    let tmp = dir.join("cluster.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(c)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, cluster_file(dir)).with_context(|| format!("writing {}", cluster_file(dir).display()))
 }
 
-/// Starts one daemon detached from this process, returning its pid and address.
-fn spawn(args: &[String], log: &Path) -> Result<(u32, String)> {
-    spawn_until(args, log, "listening on ")
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// Waits until none of `pids` runs, at most `limit`; returns those still running.
+fn wait_gone(pids: &[u32], limit: Duration) -> Vec<u32> {
+    let until = Instant::now() + limit;
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+        if left.is_empty() || Instant::now() > until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops processes: SIGTERM (they flush and checkpoint), then after
+/// `grace` SIGKILL (acknowledged writes are in their logs either way).
+fn stop_pids(pids: &[u32], grace: Duration) -> Vec<u32> {
+    for &p in pids {
+        signal(p, rustix::process::Signal::TERM);
+    }
+    let left = wait_gone(pids, grace);
+    for &p in &left {
+        signal(p, rustix::process::Signal::KILL);
+    }
+    left
 }
 
 /// Starts `parcache ARGS` detached, and waits for the line starting with
 /// `ready` on its standard output; returns the pid and the rest of the line.
+/// If it does not start, the error quotes what it logged this time.
 fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)> {
-    let logf = std::fs::OpenOptions::new()
+    let mut logf = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .read(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
+    let from = logf.seek(SeekFrom::End(0))?;
     let mut child = Command::new(std::env::current_exe()?)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(logf)
+        .stderr(logf.try_clone()?)
         .process_group(0)
         .spawn()
         .with_context(|| format!("starting parcache {}", args[0]))?;
@@ -92,10 +134,13 @@ fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
     let Some(addr) = line.trim().strip_prefix(ready) else {
         let _ = child.kill();
-        let tail = std::fs::read_to_string(log).unwrap_or_default();
-        let last: Vec<&str> = tail.lines().rev().take(5).collect();
+        let _ = child.wait();
+        let mut said = String::new();
+        logf.seek(SeekFrom::Start(from))?;
+        let _ = logf.read_to_string(&mut said);
+        let last: Vec<&str> = said.lines().rev().take(5).collect();
         bail!(
-            "parcache {} did not start; its log {} ends with:\n{}",
+            "parcache {} did not start (log {}):\n{}",
             args[0],
             log.display(),
             last.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -104,13 +149,31 @@ fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)
     Ok((child.id(), addr.to_string()))
 }
 
+/// The port of a recorded `HOST:PORT` address.
+fn port_of(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
 pub fn up(a: UpArgs) -> Result<()> {
     if a.iods == 0 {
         bail!("--iods must be at least 1");
     }
+    if let Some(p) = a.port_base {
+        if p == 0 || p as u32 + a.iods > 65535 {
+            bail!(
+                "--port-base {p}: the servers take ports {p} to {}, which must lie within 1–65535",
+                p as u32 + a.iods
+            );
+        }
+    }
     let dir = &a.data;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    if let Ok(c) = read_cluster(dir) {
+    let old = if cluster_file(dir).exists() {
+        Some(read_cluster(dir)?)
+    } else {
+        None
+    };
+    if let Some(c) = &old {
         if c.pids.iter().any(|&p| alive(p)) {
             bail!(
                 "a cluster is already running in {} (metadata server {}); `parcache down --data {}` stops it",
@@ -128,60 +191,42 @@ pub fn up(a: UpArgs) -> Result<()> {
             );
         }
     }
+    if let Some(mnt) = &a.mount {
+        mount::clear_stale(mnt)?;
+    }
     let secret_file = dir.join("secret");
     if !secret_file.exists() {
         Secret::generate().save(&secret_file)?;
     }
-    let port = |i: u16| a.port_base.map_or(0, |p| p + i);
-    let s = |x: &Path| x.to_string_lossy().into_owned();
-    let mut pids = vec![];
-    let mut iods = vec![];
-    for i in 0..a.iods {
-        let d = dir.join(format!("iod-{i}"));
-        std::fs::create_dir_all(&d)?;
-        let args = vec![
-            "iod".into(),
-            "--data".into(),
-            s(&d),
-            "--listen".into(),
-            format!("127.0.0.1:{}", port(1 + i as u16)),
-            "--secret-file".into(),
-            s(&secret_file),
-        ];
-        let (pid, addr) = spawn(&args, &dir.join(format!("iod-{i}.log")))?;
-        pids.push(pid);
-        iods.push(addr);
-    }
-    let d = dir.join("mds");
-    std::fs::create_dir_all(&d)?;
-    let mut args = vec![
-        "mds".into(),
-        "--data".into(),
-        s(&d),
-        "--listen".into(),
-        format!("127.0.0.1:{}", port(0)),
-        "--secret-file".into(),
-        s(&secret_file),
-    ];
-    for addr in &iods {
-        args.push("--iod".into());
-        args.push(addr.clone());
-    }
-    let (pid, mds) = spawn(&args, &dir.join("mds.log"))?;
-    pids.push(pid);
-    let mut c = ClusterFile {
-        mds,
-        iods,
-        pids,
-        mounts: vec![],
+    // Each server's port: from --port-base, else the last run's (so other
+    // nodes and hand mounts find the cluster again), else any free one.
+    let port = |i: usize| -> u16 {
+        match (a.port_base, &old) {
+            (Some(p), _) => p + i as u16,
+            (None, Some(c)) => {
+                let addr = if i == 0 { Some(&c.mds) } else { c.iods.get(i - 1) };
+                addr.and_then(|x| port_of(x)).unwrap_or(0)
+            }
+            (None, None) => 0,
+        }
     };
-    std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&c)?)?;
+    let mut c = ClusterFile::default();
+    let started = start_servers(&a, dir, &secret_file, &port, &mut c);
+    if let Err(e) = started {
+        let left = stop_pids(&c.pids, Duration::from_secs(10));
+        c.pids.retain(|p| left.contains(p));
+        let _ = write_cluster(dir, &c);
+        return Err(e.context(format!(
+            "parcache up --data {}: the servers it had started are stopped again",
+            dir.display()
+        )));
+    }
     if let Some(mnt) = &a.mount {
         std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
+        let s = |x: &Path| x.to_string_lossy().into_owned();
         let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
-        let (pid, _) = spawn_until(&args, &dir.join("mount.log"), "mounted on ")?;
-        c.mounts.push((mnt.clone(), pid));
-        std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&c)?)?;
+        spawn_until(&args, &dir.join("mount.log"), "mounted on ")
+            .with_context(|| format!("the cluster runs, but mounting it on {} failed", mnt.display()))?;
         println!("  mounted on {}", mnt.display());
     }
     println!(
@@ -195,55 +240,155 @@ pub fn up(a: UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// Starts the data servers, then the metadata server, recording each in
+/// DIR/cluster.json as it starts.
+fn start_servers(
+    a: &UpArgs,
+    dir: &Path,
+    secret_file: &Path,
+    port: &dyn Fn(usize) -> u16,
+    c: &mut ClusterFile,
+) -> Result<()> {
+    let s = |x: &Path| x.to_string_lossy().into_owned();
+    for i in 0..a.iods as usize {
+        let d = dir.join(format!("iod-{i}"));
+        std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        let args = vec![
+            "iod".into(),
+            "--data".into(),
+            s(&d),
+            "--listen".into(),
+            format!("127.0.0.1:{}", port(1 + i)),
+            "--secret-file".into(),
+            s(secret_file),
+        ];
+        let (pid, addr) = spawn_until(&args, &dir.join(format!("iod-{i}.log")), "listening on ")?;
+        c.pids.push(pid);
+        c.iods.push(addr);
+        write_cluster(dir, c)?;
+    }
+    let d = dir.join("mds");
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    let mut args = vec![
+        "mds".into(),
+        "--data".into(),
+        s(&d),
+        "--listen".into(),
+        format!("127.0.0.1:{}", port(0)),
+        "--secret-file".into(),
+        s(secret_file),
+    ];
+    for addr in &c.iods {
+        args.push("--iod".into());
+        args.push(addr.clone());
+    }
+    let (pid, mds) = spawn_until(&args, &dir.join("mds.log"), "listening on ")?;
+    c.pids.push(pid);
+    c.mds = mds;
+    write_cluster(dir, c)
+}
+
+/// Unmounts every recorded mount of the cluster in `dir` (each pushes its
+/// dirty data as it goes); a dead one is unmounted lazily. Fails naming
+/// the mounts still in use.
+fn unmount_all(dir: &Path) -> Result<()> {
+    let mut busy = vec![];
+    for m in mount::records(dir) {
+        match mount::state(&m.at) {
+            MountState::Live if alive(m.pid) => {
+                let ok = Command::new("fusermount3")
+                    .arg("-u")
+                    .arg(&m.at)
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    busy.push(format!("{} (mount process {})", m.at.display(), m.pid));
+                    continue;
+                }
+                if !wait_gone(&[m.pid], Duration::from_secs(30)).is_empty() {
+                    bail!(
+                        "the mount on {} (process {}) did not end within 30 s of its unmount",
+                        m.at.display(),
+                        m.pid
+                    );
+                }
+            }
+            MountState::Live | MountState::Stale => {
+                mount::lazy_unmount(&m.at)?;
+                eprintln!(
+                    "parcache down: unmounted {}, whose mount process had died",
+                    m.at.display()
+                );
+            }
+            MountState::NotMounted => {
+                if alive(m.pid) {
+                    stop_pids(&[m.pid], Duration::from_secs(10));
+                }
+            }
+        }
+        m.forget();
+    }
+    if !busy.is_empty() {
+        bail!(
+            "still mounted and in use: {}; close the programs using it (`fuser -vm MNT` lists them) and run \
+             `parcache down` again (the servers keep running until then)",
+            busy.join(", ")
+        );
+    }
+    Ok(())
+}
+
 pub fn down(a: DataArg) -> Result<()> {
     let c = read_cluster(&a.data)?;
-    let secret = Secret::load(&a.data.join("secret"))?;
-    // Mounts first: they push their dirty data as they unmount.
-    for (mnt, pid) in &c.mounts {
-        if !alive(*pid) {
-            continue;
-        }
-        let ok = Command::new("fusermount3").arg("-u").arg(mnt).status();
-        if !ok.is_ok_and(|s| s.success()) {
-            eprintln!(
-                "parcache down: fusermount3 -u {} failed; is something using it?",
-                mnt.display()
-            );
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while alive(*pid) {
-            if std::time::Instant::now() > deadline {
-                bail!("the mount on {} (pid {pid}) did not end within 30 s", mnt.display());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    unmount_all(&a.data)?;
+    let running: Vec<u32> = c.pids.iter().copied().filter(|&p| alive(p)).collect();
+    if running.is_empty() {
+        println!("parcache cluster in {} is stopped already", a.data.display());
+        return Ok(());
     }
+    let secret = Secret::load(&a.data.join("secret"))?;
     let rt = crate::daemon::runtime()?;
-    // The metadata server first, then the data servers (they checkpoint their logs).
+    // The metadata server first, then the data servers (they checkpoint
+    // their logs before they answer).
     let mut addrs = vec![c.mds.clone()];
     addrs.extend(c.iods.iter().cloned());
+    let mut problems = vec![];
     rt.block_on(async {
         for addr in &addrs {
-            match Client::connect(addr, &secret).await {
-                Ok(cl) => {
-                    let _ = cl.call(&Request::Shutdown, &[]).await;
-                }
-                Err(e) => eprintln!("parcache down: {addr}: {e} (already stopped?)"),
+            let ask = async {
+                let cl = Client::connect(addr, &secret).await?;
+                anyhow::Ok(cl.call(&Request::Shutdown, &[]).await?.0)
+            };
+            match tokio::time::timeout(ANSWER_WITHIN, ask).await {
+                Ok(Ok(Response::Error(e))) => problems.push(format!("{addr}: {}", e.message)),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => problems.push(format!("{addr}: {e:#}")),
+                Err(_) => problems.push(format!("{addr}: no answer within {ANSWER_WITHIN:?}")),
             }
         }
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while c.pids.iter().any(|&p| alive(p)) {
-        if std::time::Instant::now() > deadline {
-            bail!(
-                "servers {:?} did not stop within 30 s",
-                c.pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let mut left = wait_gone(&running, Duration::from_secs(30));
+    if !left.is_empty() {
+        problems.push(format!(
+            "processes {left:?} did not stop within 30 s: stopped with signals"
+        ));
+        left = stop_pids(&left, Duration::from_secs(5));
+    }
+    for p in &problems {
+        eprintln!("parcache down: {p}");
+    }
+    if !left.is_empty() {
+        problems.push(format!(
+            "killed {left:?} (their write logs keep every acknowledged write)"
+        ));
     }
     println!("parcache cluster in {} stopped", a.data.display());
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        bail!("{} problem(s) while stopping (see above)", problems.len())
+    }
 }
 
 /// 1536 → "1.5K", in powers of 1024.
@@ -264,22 +409,39 @@ fn human(n: u64) -> String {
 
 pub fn status(a: DataArg) -> Result<()> {
     let c = read_cluster(&a.data)?;
+    if !c.pids.iter().any(|&p| alive(p)) {
+        bail!(
+            "the parcache cluster in {} is stopped (start it with `parcache up --data {}`)",
+            a.data.display(),
+            a.data.display()
+        );
+    }
     let secret = Secret::load(&a.data.join("secret"))?;
     let rt = crate::daemon::runtime()?;
     let mut addrs = vec![("mds".to_string(), c.mds.clone())];
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
-    rt.block_on(async {
-        println!(
+    let down = rt.block_on(async {
+        outln!(
             "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  policy",
-            "server", "address", "state", "size", "free", "log", "hits", "dirty", "immediate", "misses"
-        );
+            "server",
+            "address",
+            "state",
+            "size",
+            "free",
+            "log",
+            "hits",
+            "dirty",
+            "immediate",
+            "misses"
+        )?;
+        let mut down = 0;
         for (name, addr) in addrs {
-            let stats = match Client::connect(&addr, &secret).await {
-                Ok(cl) => cl.call(&Request::Stats, &[]).await.ok(),
-                Err(_) => None,
+            let ask = async {
+                let cl = Client::connect(&addr, &secret).await.ok()?;
+                cl.call(&Request::Stats, &[]).await.ok()
             };
-            match stats {
-                Some((Response::Stats(s), _)) => println!(
+            match tokio::time::timeout(ANSWER_WITHIN, ask).await {
+                Ok(Some((Response::Stats(s), _))) => outln!(
                     "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
                     name,
                     addr,
@@ -292,10 +454,25 @@ pub fn status(a: DataArg) -> Result<()> {
                     s.immediate_writes,
                     s.read_misses,
                     s.role
-                ),
-                _ => println!("{:<7} {:<16} {:>5}", name, addr, "DOWN"),
+                )?,
+                _ => {
+                    down += 1;
+                    outln!("{:<7} {:<16} {:>5}", name, addr, "DOWN")?
+                }
             }
         }
-    });
+        for m in mount::records(&a.data) {
+            let state = match (mount::state(&m.at), alive(m.pid)) {
+                (MountState::Live, true) => "mounted",
+                (MountState::NotMounted, _) => "not mounted",
+                _ => "DEAD (`parcache down` or `fusermount3 -u -z` removes it)",
+            };
+            outln!("mount   {} (process {}): {state}", m.at.display(), m.pid)?;
+        }
+        anyhow::Ok(down)
+    })?;
+    if down > 0 {
+        bail!("{down} of {} servers are down", c.pids.len());
+    }
     Ok(())
 }

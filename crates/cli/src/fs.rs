@@ -26,6 +26,11 @@ pub struct Target {
 }
 
 impl Target {
+    /// The cluster directory, when the cluster was named by `--data`.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.data.as_deref()
+    }
+
     pub async fn connect(&self) -> Result<std::sync::Arc<Fs>> {
         let (mds, secret) = match (&self.data, &self.mds) {
             (Some(dir), None) => (read_cluster(dir)?.mds, Secret::load(&dir.join("secret"))?),
@@ -117,6 +122,37 @@ async fn dest_in_cluster(fs: &Fs, dst: &str, src_name: &str) -> Result<String> {
     }
 }
 
+/// The handle of a local file if it lies on a parcache mount (its inode
+/// number there is its handle), for telling when a local path and a
+/// cluster path are one file.
+fn handle_on_mount(p: &std::path::Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(p).ok()?;
+    let abs = p.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    // The mount holding the path: the longest mount point it lies under.
+    let fstype = mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let (_, at, ty) = (f.next()?, f.next()?, f.next()?);
+            abs.starts_with(at.replace("\\040", " "))
+                .then(|| (at.len(), ty.to_string()))
+        })
+        .max()?
+        .1;
+    (fstype == "fuse.parcache").then_some(md.ino())
+}
+
+/// Refuses to copy a file onto itself, as GNU cp does: opening the
+/// destination for writing would empty the source.
+fn refuse_same(src: &str, dst: &str, a: u64, b: Option<u64>) -> Result<()> {
+    if b == Some(a) {
+        bail!("'{src}' and '{dst}' are the same file");
+    }
+    Ok(())
+}
+
 pub fn cp(a: CpArgs) -> Result<()> {
     rt()?.block_on(async {
         let fs = a.target.connect().await?;
@@ -124,6 +160,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
         match (cluster_path(&a.src), cluster_path(&a.dst)) {
             (None, Some(_)) => {
                 let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
+                if let (Some(h), Ok(to)) = (handle_on_mount(std::path::Path::new(&a.src)), fs.resolve(&dst).await) {
+                    refuse_same(&a.src, &a.dst, to.handle, Some(h))?;
+                }
                 let mut f = std::fs::File::open(&a.src).with_context(|| format!("opening {}", a.src))?;
                 let len = f.metadata()?.len();
                 let mut attr = fs
@@ -162,6 +201,7 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 if dst.is_dir() {
                     dst.push(&src_name);
                 }
+                refuse_same(&a.src, &a.dst, attr.handle, handle_on_mount(&dst))?;
                 let mut out = std::fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
                 let attr = fs.open(&attr, false).await?;
                 copy_out(&fs, &attr, &mut out).await?;
@@ -172,6 +212,12 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 let src = need_cluster(&a.src)?;
                 let attr = fs.resolve(src).await?;
                 let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
+                refuse_same(
+                    &a.src,
+                    &a.dst,
+                    attr.handle,
+                    fs.resolve(&dst).await.ok().map(|d| d.handle),
+                )?;
                 let mut to = fs.create(&dst, attr.mode, false).await?;
                 if to.size > 0 {
                     to = fs.truncate(&to, 0).await?;
@@ -296,24 +342,34 @@ pub fn stat(a: PathArgs) -> Result<()> {
         let fs = a.target.connect().await?;
         let p = need_cluster(&a.path)?;
         let s = fs.resolve(p).await?;
-        println!("  path: pc:{p}");
-        println!(
+        outln!("  path: pc:{p}")?;
+        outln!(
             "handle: {}   kind: {:?}   mode: {:o}   links: {}",
-            s.handle, s.kind, s.mode, s.nlink
-        );
-        println!(
+            s.handle,
+            s.kind,
+            s.mode,
+            s.nlink
+        )?;
+        outln!(
             "  size: {}   version: {}   uid/gid: {}/{}",
-            s.size, s.version, s.uid, s.gid
-        );
-        println!(
+            s.size,
+            s.version,
+            s.uid,
+            s.gid
+        )?;
+        outln!(
             " mtime: {}.{:09}   ctime: {}.{:09}",
-            s.mtime.secs, s.mtime.nanos, s.ctime.secs, s.ctime.nanos
-        );
+            s.mtime.secs,
+            s.mtime.nanos,
+            s.ctime.secs,
+            s.ctime.nanos
+        )?;
         if let Some(l) = s.layout {
-            println!(
+            outln!(
                 "layout: stripe unit {} bytes over data servers {:?}",
-                l.stripe_unit, l.servers
-            );
+                l.stripe_unit,
+                l.servers
+            )?;
         }
         Ok(())
     })
@@ -340,10 +396,10 @@ pub fn policy(c: PolicyCommand) -> Result<()> {
             PolicyCommand::Get { .. } => fs.get_policy(p).await?,
         };
         if list.is_empty() {
-            println!("{path}: default policies");
+            outln!("{path}: default policies")?;
         }
         for (k, v) in list {
-            println!("{k}={v}");
+            outln!("{k}={v}")?;
         }
         Ok(())
     })

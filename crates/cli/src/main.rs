@@ -1,5 +1,14 @@
 //! `parcache`: the command line of the parcache parallel file system.
 
+/// `println!` that hands a closed standard output (`parcache status | head
+/// -1`) back as an error, which `main` ends quietly on, instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+
 mod cluster;
 mod daemon;
 mod fs;

@@ -1,10 +1,15 @@
 //! `parcache mount`: the cluster as a FUSE file system on this node.
+//!
+//! A mount of a cluster started with `--data DIR` records itself in
+//! `DIR/mounts/PID` (its mount point) while it runs, so `parcache down`
+//! unmounts every node of the cluster on this host and `status` lists them.
 
 use crate::fs::Target;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use parcache_fuse::Mount;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 #[derive(Args)]
 pub struct MountArgs {
@@ -14,15 +19,146 @@ pub struct MountArgs {
     target: Target,
 }
 
-/// Whether `dir` is a mount point right now (from /proc/mounts).
-pub fn is_mounted(dir: &std::path::Path) -> bool {
-    let Ok(dir) = dir.canonicalize() else { return false };
-    std::fs::read_to_string("/proc/mounts")
-        .map(|m| {
-            m.lines()
-                .any(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap_or("")))
+/// What is at a mount point.
+#[derive(Debug, PartialEq, Eq)]
+pub enum MountState {
+    NotMounted,
+    /// Mounted and answering.
+    Live,
+    /// Mounted, but its FUSE process is gone: every access fails with
+    /// ENOTCONN until it is unmounted.
+    Stale,
+}
+
+/// The absolute path of `dir` without touching `dir` itself (a dead mount
+/// point cannot be stat'ed, so `canonicalize` fails on it).
+fn absolute(dir: &Path) -> Option<PathBuf> {
+    let abs = std::path::absolute(dir).ok()?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(p), Some(n)) => Some(p.canonicalize().ok()?.join(n)),
+        _ => Some(abs),
+    }
+}
+
+/// Whether `dir` is a mount point, and whether its file system answers.
+pub fn state(dir: &Path) -> MountState {
+    let Some(abs) = absolute(dir) else {
+        return MountState::NotMounted;
+    };
+    // /proc/mounts escapes spaces and other blanks as octal.
+    let want = abs
+        .to_string_lossy()
+        .replace('\\', "\\134")
+        .replace(' ', "\\040")
+        .replace('\t', "\\011")
+        .replace('\n', "\\012");
+    let listed = std::fs::read_to_string("/proc/mounts")
+        .map(|m| m.lines().any(|l| l.split(' ').nth(1) == Some(want.as_str())))
+        .unwrap_or(false);
+    if !listed {
+        return MountState::NotMounted;
+    }
+    match std::fs::metadata(&abs) {
+        Err(e) if e.raw_os_error() == Some(107) => MountState::Stale, // ENOTCONN
+        _ => MountState::Live,
+    }
+}
+
+/// Detaches a mount at once, even if it is dead or busy (`fusermount3 -u -z`).
+pub fn lazy_unmount(dir: &Path) -> Result<()> {
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(dir)
+        .output()
+        .context("running fusermount3 (scripts/setup.sh installs fuse3)")?;
+    if !out.status.success() {
+        bail!(
+            "fusermount3 -u -z {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A dead mount left at `dir` by a killed mount process is unmounted
+/// (lazily), with a word to the user; a live one is an error.
+pub fn clear_stale(dir: &Path) -> Result<()> {
+    match state(dir) {
+        MountState::NotMounted => Ok(()),
+        MountState::Live => bail!("{} is already a mount point", dir.display()),
+        MountState::Stale => {
+            lazy_unmount(dir).with_context(|| {
+                format!(
+                    "{} is a dead mount (its process was killed); unmount it with `fusermount3 -u -z {}`",
+                    dir.display(),
+                    dir.display()
+                )
+            })?;
+            eprintln!(
+                "parcache: {} was a dead mount (its process was killed): unmounted it",
+                dir.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A mount of a cluster on this host, as recorded in `DIR/mounts/PID`.
+pub struct MountRecord {
+    pub pid: u32,
+    pub at: PathBuf,
+    file: PathBuf,
+}
+
+impl MountRecord {
+    /// Removes the record.
+    pub fn forget(self) {
+        let _ = std::fs::remove_file(self.file);
+    }
+}
+
+/// The mounts recorded for the cluster in `dir`.
+pub fn records(dir: &Path) -> Vec<MountRecord> {
+    let Ok(rd) = std::fs::read_dir(dir.join("mounts")) else {
+        return vec![];
+    };
+    let mut v: Vec<MountRecord> = rd
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse().ok()?;
+            let at = std::fs::read_to_string(e.path()).ok()?;
+            Some(MountRecord {
+                pid,
+                at: PathBuf::from(at.trim_end_matches('\n')),
+                file: e.path(),
+            })
         })
-        .unwrap_or(false)
+        .collect();
+    v.sort_by_key(|m| m.pid);
+    v
+}
+
+/// Removes this process's mount record when the mount ends.
+struct Recorded(Option<PathBuf>);
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn record(data: Option<&Path>, at: &Path) -> Result<Recorded> {
+    let Some(dir) = data else { return Ok(Recorded(None)) };
+    let d = dir.join("mounts");
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    let f = d.join(std::process::id().to_string());
+    let at = absolute(at).unwrap_or_else(|| at.to_path_buf());
+    std::fs::write(&f, format!("{}\n", at.display())).with_context(|| format!("writing {}", f.display()))?;
+    Ok(Recorded(Some(f)))
 }
 
 /// Mounts and serves in the foreground until the mount is unmounted
@@ -30,21 +166,20 @@ pub fn is_mounted(dir: &std::path::Path) -> bool {
 /// SIGTERM; pushes every dirty block before it exits.
 pub fn mount(a: MountArgs) -> Result<()> {
     crate::daemon::logging();
+    clear_stale(&a.mountpoint)?;
     if !a.mountpoint.is_dir() {
         bail!("mount point {} is not a directory", a.mountpoint.display());
     }
-    if is_mounted(&a.mountpoint) {
-        bail!("{} is already a mount point", a.mountpoint.display());
-    }
-    if !std::path::Path::new("/dev/fuse").exists() {
+    if !Path::new("/dev/fuse").exists() {
         bail!("/dev/fuse is missing: this machine cannot mount FUSE file systems (scripts/setup.sh installs fuse3)");
     }
     let rt = crate::daemon::runtime()?;
     let fs = rt.block_on(a.target.connect())?;
+    let _recorded = record(a.target.data_dir(), &a.mountpoint)?;
     let session = Mount::new(fs.clone(), rt.handle().clone())
         .spawn(&a.mountpoint)
         .with_context(|| format!("mounting {} (is fusermount3 installed?)", a.mountpoint.display()))?;
-    println!("mounted on {}", a.mountpoint.display());
+    outln!("mounted on {}", a.mountpoint.display())?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         loop {

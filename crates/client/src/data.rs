@@ -2,26 +2,14 @@
 //! bytes on the data servers, with the requests to different servers in
 //! flight at once, and bounded retries of a server that went away.
 
+use crate::peer::Peer;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
-use parcache_proto::{Client, Request, Response, Secret};
+use parcache_proto::{Request, Response, Secret};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
-use tokio::sync::Mutex;
-
-/// How often and how long to retry a data server that went away: six
-/// tries, 250 ms apart and growing, about four seconds in all.
-pub const DEFAULT_RETRIES: u32 = 6;
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
-
-struct Iod {
-    addr: String,
-    conn: Mutex<Option<Client>>,
-}
 
 /// One server's share of a write: where it starts there, and its chunks.
 type ServerPart<'a> = (u64, Vec<&'a [u8]>);
@@ -36,9 +24,7 @@ pub struct Placement {
 /// The connections to the data servers, and where each open file's
 /// stripes are (the node cache's level below).
 pub struct DataPath {
-    iods: Vec<Iod>,
-    secret: Secret,
-    retries: AtomicU32,
+    iods: Vec<Peer>,
     placements: SyncMutex<HashMap<u64, Placement>>,
     block_size: u32,
 }
@@ -48,13 +34,9 @@ impl DataPath {
         DataPath {
             iods: addrs
                 .into_iter()
-                .map(|addr| Iod {
-                    addr,
-                    conn: Mutex::new(None),
-                })
+                .enumerate()
+                .map(|(i, addr)| Peer::new(format!("data server {i}"), addr, secret.clone()))
                 .collect(),
-            secret,
-            retries: AtomicU32::new(DEFAULT_RETRIES),
             placements: SyncMutex::new(HashMap::new()),
             block_size,
         }
@@ -65,7 +47,9 @@ impl DataPath {
     }
 
     pub fn set_retries(&self, n: u32) {
-        self.retries.store(n.max(1), Ordering::Relaxed);
+        for p in &self.iods {
+            p.set_retries(n);
+        }
     }
 
     pub fn place(&self, handle: u64, p: Placement) {
@@ -92,42 +76,7 @@ impl DataPath {
                 self.iods.len()
             ))
         })?;
-        let retries = self.retries.load(Ordering::Relaxed);
-        let mut last = String::new();
-        for attempt in 0..retries {
-            if attempt > 0 {
-                tokio::time::sleep(RETRY_PAUSE * attempt).await;
-            }
-            let conn = {
-                let mut g = iod.conn.lock().await;
-                match g.as_ref().filter(|c| !c.is_closed()) {
-                    Some(c) => c.clone(),
-                    None => match Client::connect(&iod.addr, &self.secret).await {
-                        Ok(c) => {
-                            *g = Some(c.clone());
-                            c
-                        }
-                        Err(e) => {
-                            last = e.to_string();
-                            continue;
-                        }
-                    },
-                }
-            };
-            match conn.call(req, data).await {
-                Ok(r) => return Ok(r),
-                Err(e) => {
-                    tracing::warn!("data server {i} ({}): {e}; retrying", iod.addr);
-                    last = e.to_string();
-                }
-            }
-        }
-        Err(FsError::ServerDown {
-            server: i,
-            addr: iod.addr.clone(),
-            tries: retries,
-            reason: last,
-        })
+        iod.call(req, data).await
     }
 
     /// Writes `data` at file `offset`: one request per data server (its

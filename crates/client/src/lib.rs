@@ -12,9 +12,12 @@
 //! calls it before exiting loses nothing.
 
 mod data;
+mod peer;
 pub mod policies;
 
-pub use data::{DataPath, Placement, DEFAULT_RETRIES};
+pub use data::{DataPath, Placement};
+use peer::Peer;
+pub use peer::DEFAULT_RETRIES;
 pub use policies::{FilePolicies, NodeCacheConfig};
 
 use parcache_core::consistency::close_to_open::{self, CloseAction, OpenAction};
@@ -39,9 +42,9 @@ pub enum FsError {
     },
     #[error(transparent)]
     Conn(#[from] ConnError),
-    #[error("data server {server} ({addr}) is unreachable after {tries} tries: {reason}")]
+    #[error("the {server} ({addr}) is unreachable after {tries} tries: {reason}")]
     ServerDown {
-        server: u32,
+        server: String,
         addr: String,
         tries: u32,
         reason: String,
@@ -100,6 +103,10 @@ struct FileState {
     /// report for. Until it has, the local size stands in for its size (a
     /// report in flight must not let a `stat` see the old size).
     reported: u64,
+    /// The file's size as the metadata server last told it: what a failed
+    /// write-back falls back to, so no size is ever reported beyond the
+    /// bytes the data servers acknowledged.
+    known_size: u64,
     /// The file's version when this node last validated its cached blocks.
     version: u64,
     /// Orders this node's requests on the file: reads, writes and size
@@ -125,7 +132,7 @@ impl FileState {
 
 /// A connection to a parcache cluster, with the node's cache.
 pub struct Fs {
-    mds: Client,
+    mds: Arc<Peer>,
     data: Arc<DataPath>,
     cache: NodeCacheConfig,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
@@ -177,7 +184,7 @@ impl Fs {
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
         Ok(Arc::new_cyclic(|me| Fs {
-            mds,
+            mds: Arc::new(Peer::connected("metadata server".into(), mds, secret.clone())),
             data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
             cache,
             pools: Mutex::new(HashMap::new()),
@@ -263,6 +270,7 @@ impl Fs {
             policies,
             pool,
             size: a.size,
+            known_size: a.size,
             writes: 0,
             reported: 0,
             version: a.version,
@@ -325,10 +333,7 @@ impl Fs {
         if close_to_open::at_open(st.policies.consistency, st.version, a.version) == OpenAction::Drop {
             // Another node changed the file: this node's own writes go
             // first (pushed and reported), then every cached block.
-            st.pool
-                .flush_file(a.handle)
-                .await
-                .map_err(|e| from_below(format!("handle {}", a.handle), e))?;
+            self.write_back(&st.pool, a.handle).await?;
             if let Some(after) = self.report_attr(a.handle).await? {
                 a = after;
             }
@@ -336,6 +341,7 @@ impl Fs {
             self.update(a.handle, |s| {
                 s.version = a.version;
                 s.size = a.size;
+                s.known_size = a.size;
             });
         }
         self.update(a.handle, |s| {
@@ -405,10 +411,7 @@ impl Fs {
     /// size is reported and its cached blocks are dropped. The caller holds
     /// the file's gate alone.
     async fn uncache(&self, st: &FileState, handle: u64) -> Result<()> {
-        st.pool
-            .flush_file(handle)
-            .await
-            .map_err(|e| from_below(format!("handle {handle}"), e))?;
+        self.write_back(&st.pool, handle).await?;
         st.pool.discard_file(handle, 0).await;
         self.update(handle, |s| s.cached = false);
         self.report(handle).await
@@ -431,7 +434,6 @@ impl Fs {
                 let got = match mds.call(&Request::Callbacks { node }, &[]).await {
                     Ok((Response::Callbacks(c), _)) => c,
                     Ok(_) => vec![],
-                    Err(_) if mds.is_closed() => return,
                     Err(_) => {
                         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                         continue;
@@ -458,10 +460,7 @@ impl Fs {
         let _alone = st.gate.write().await;
         match cb {
             Callback::Recall => {
-                st.pool
-                    .flush_file(handle)
-                    .await
-                    .map_err(|e| from_below(format!("handle {handle}"), e))?;
+                self.write_back(&st.pool, handle).await?;
                 self.report(handle).await
             }
             Callback::Disable => self.uncache(&st, handle).await,
@@ -485,11 +484,27 @@ impl Fs {
     async fn push(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
-        st.pool
-            .flush_file(a.handle)
-            .await
-            .map_err(|e| from_below(format!("handle {}", a.handle), e))?;
+        self.write_back(&st.pool, a.handle).await?;
         self.report(a.handle).await
+    }
+
+    /// Writes the file's dirty blocks down. If any failed (a data server
+    /// died with them), the node forgets what it held of the file and its
+    /// size falls back to the one the metadata server has: no size is
+    /// reported beyond the bytes the data servers acknowledged, and no
+    /// read here returns bytes they do not have. The failure is returned
+    /// (to the `close` or `fsync` that asked).
+    async fn write_back(&self, pool: &Pool, handle: u64) -> Result<()> {
+        let Err(e) = pool.flush_file(handle).await else {
+            return Ok(());
+        };
+        tracing::warn!("handle {handle}: written bytes did not reach the data servers: {e}");
+        pool.discard_file(handle, 0).await;
+        self.update(handle, |s| {
+            s.size = s.known_size;
+            s.reported = s.writes;
+        });
+        Err(from_below(format!("handle {handle}"), e))
     }
 
     /// Tells the metadata server the size this node wrote the file to.
@@ -509,6 +524,7 @@ impl Fs {
         self.update(handle, |s| {
             s.version = close_to_open::after_report(s.version, attr.version);
             s.reported = s.reported.max(upto);
+            s.known_size = attr.size;
         });
         Ok(Some(attr))
     }
@@ -516,17 +532,23 @@ impl Fs {
     /// Pushes every dirty block of every file and reports sizes; call it
     /// before the program exits (the `parcache` commands do).
     pub async fn shutdown(&self) -> Result<()> {
-        let pools: Vec<Arc<Pool>> = self.pools.lock().values().cloned().collect();
         let mut first = None;
+        // File by file, so a file whose bytes did not all reach the data
+        // servers does not have its size reported (see `write_back`).
+        let files: Vec<(u64, Arc<Pool>)> = self.files.lock().iter().map(|(&h, s)| (h, s.pool.clone())).collect();
+        for (h, pool) in files {
+            let r = match self.write_back(&pool, h).await {
+                Ok(()) => self.report(h).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        }
+        let pools: Vec<Arc<Pool>> = self.pools.lock().values().cloned().collect();
         for p in pools {
             if let Err(e) = p.flush_all().await {
                 first.get_or_insert(from_below("node cache".into(), e));
-            }
-        }
-        let handles: Vec<u64> = self.files.lock().keys().copied().collect();
-        for h in handles {
-            if let Err(e) = self.report(h).await {
-                first.get_or_insert(e);
             }
         }
         if first.is_none() {
@@ -844,6 +866,7 @@ impl Fs {
             .await?;
         self.update(a.handle, |s| {
             s.size = size;
+            s.known_size = size;
             s.reported = s.writes;
             s.version = attr.version;
         });
@@ -941,8 +964,7 @@ pub struct FsStats {
 }
 
 impl Fs {
-    /// Capacity and free space summed over the data servers (each asked for
-    /// its disk), and the number of files the metadata server holds.
+    /// Capacity and free space summed over the data servers' distinct disks, and the number of files the metadata server holds.
     pub async fn statfs(&self) -> Result<FsStats> {
         let files = match self.md("statfs", Request::StatFs).await? {
             Response::StatFs { files, .. } => files,
@@ -953,11 +975,15 @@ impl Fs {
             free_bytes: 0,
             files,
         };
+        let mut disks = std::collections::HashSet::new();
         for i in 0..self.data.servers() as u32 {
             match self.data.call(i, &Request::Stats, &[]).await? {
                 (Response::Stats(s), _) => {
-                    out.capacity_bytes += s.capacity_bytes;
-                    out.free_bytes += s.free_bytes;
+                    // Data servers sharing a disk (one host) count it once.
+                    if disks.insert(s.fs_id) {
+                        out.capacity_bytes += s.capacity_bytes;
+                        out.free_bytes += s.free_bytes;
+                    }
                 }
                 (other, _) => return Err(FsError::Protocol(format!("stats of data server {i}: {other:?}"))),
             }

@@ -220,6 +220,9 @@ pub struct ServerStats {
     pub dirty_blocks: u64,
     pub immediate_writes: u64,
     pub writes_down: u64,
+    /// Id of the file system the server's data is on (servers sharing a
+    /// disk report the same id, and its space is counted once).
+    pub fs_id: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -347,6 +350,37 @@ impl ErrorCode {
 impl fmt::Display for ErrorReply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({:?})", self.message, self.code)
+    }
+}
+
+impl Request {
+    /// Whether doing the request twice leaves the same result as doing it
+    /// once, so a client may send it again after a lost connection.
+    pub fn is_idempotent(&self) -> bool {
+        use Request::*;
+        matches!(
+            self,
+            Lookup { .. }
+                | GetAttr { .. }
+                | ReadDir { .. }
+                | ReadLink { .. }
+                | StatFs
+                | GetPolicy { .. }
+                | Servers
+                | Written { .. }
+                | Callbacks { .. }
+                | CalledBack { .. }
+                | Sync
+                | Stats
+                | Identity
+                | Write { .. }
+                | WriteBuffered { .. }
+                | Read { .. }
+                | Truncate { .. }
+                | Remove { .. }
+                | SetPolicy { .. }
+                | SetAttr { .. }
+        )
     }
 }
 

@@ -412,7 +412,7 @@ impl Handler for IodHandler {
             }
             Request::Stats => {
                 let c = iod.cache.stats();
-                let (capacity_bytes, free_bytes) = crate::capacity(&iod.data_dir);
+                let (capacity_bytes, free_bytes, fs_id) = crate::disk(&iod.data_dir);
                 Response::Stats(ServerStats {
                     role: format!("iod ({})", iod.cache.config().write),
                     capacity_bytes,
@@ -423,6 +423,7 @@ impl Handler for IodHandler {
                     dirty_blocks: iod.cache.dirty_buffers() as u64,
                     immediate_writes: c.immediate_writes,
                     writes_down: c.writes,
+                    fs_id,
                 })
             }
             other => Response::error(

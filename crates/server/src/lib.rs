@@ -7,11 +7,18 @@ pub mod mds;
 /// Total and free bytes of the file system holding `dir` ((0, 0) if it
 /// cannot be asked).
 pub fn capacity(dir: &std::path::Path) -> (u64, u64) {
+    let (total, free, _) = disk(dir);
+    (total, free)
+}
+
+/// Total and free bytes of the file system holding `dir`, and its id (so
+/// servers sharing one disk are counted once).
+pub fn disk(dir: &std::path::Path) -> (u64, u64, u64) {
     match rustix::fs::statvfs(dir) {
-        Ok(v) => (v.f_blocks * v.f_frsize, v.f_bavail * v.f_frsize),
+        Ok(v) => (v.f_blocks * v.f_frsize, v.f_bavail * v.f_frsize, v.f_fsid),
         Err(e) => {
             tracing::warn!("statvfs {}: {e}", dir.display());
-            (0, 0)
+            (0, 0, 0)
         }
     }
 }

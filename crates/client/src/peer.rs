@@ -1,0 +1,107 @@
+//! A server this node talks to, reconnected when its connection is lost
+//! (the server restarted, or the network dropped): the metadata server and
+//! each data server. A restarted server is found again at its address and
+//! the cluster secret proved anew; the loss and the recovery are logged.
+
+use crate::{FsError, Result};
+use bytes::Bytes;
+use parcache_proto::{Client, ConnError, Request, Response, Secret};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// How often to try a server that went away: six tries, 250 ms apart and
+/// growing, about four seconds in all.
+pub const DEFAULT_RETRIES: u32 = 6;
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+pub struct Peer {
+    /// What the logs call it ("metadata server", "data server 2").
+    name: String,
+    addr: String,
+    secret: Secret,
+    conn: Mutex<Option<Client>>,
+    retries: AtomicU32,
+    /// Whether the loss was logged and the recovery is still to be.
+    lost: AtomicBool,
+}
+
+impl Peer {
+    pub fn new(name: String, addr: String, secret: Secret) -> Peer {
+        Peer {
+            name,
+            addr,
+            secret,
+            conn: Mutex::new(None),
+            retries: AtomicU32::new(DEFAULT_RETRIES),
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    /// A peer whose first connection is already made.
+    pub fn connected(name: String, client: Client, secret: Secret) -> Peer {
+        let p = Peer::new(name, client.addr().to_string(), secret);
+        *p.conn.try_lock().expect("new") = Some(client);
+        p
+    }
+
+    pub fn set_retries(&self, n: u32) {
+        self.retries.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// The live connection, connecting anew if there is none.
+    async fn client(&self) -> std::result::Result<Client, ConnError> {
+        let mut g = self.conn.lock().await;
+        if let Some(c) = g.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        if g.is_some() && !self.lost.swap(true, Ordering::SeqCst) {
+            tracing::warn!("lost the connection to the {} ({}); reconnecting", self.name, self.addr);
+        }
+        *g = None;
+        let c = Client::connect(&self.addr, &self.secret).await?;
+        if self.lost.swap(false, Ordering::SeqCst) {
+            tracing::info!("reconnected to the {} ({})", self.name, self.addr);
+        }
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Sends a request, reconnecting (a bounded number of times) if the
+    /// server went away. A request that may have reached the server before
+    /// the connection broke is sent again only if doing it twice is
+    /// harmless ([`Request::is_idempotent`]); otherwise the loss is the
+    /// caller's error.
+    pub async fn call(&self, req: &Request, data: &[u8]) -> Result<(Response, Bytes)> {
+        let retries = self.retries.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for attempt in 0..retries {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_PAUSE * attempt).await;
+            }
+            let conn = match self.client().await {
+                Ok(c) => c,
+                Err(e @ ConnError::Auth { .. }) => return Err(e.into()),
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            match conn.call(req, data).await {
+                Ok(r) => return Ok(r),
+                Err(e @ ConnError::TooLarge(_)) => return Err(e.into()),
+                Err(e) if !req.is_idempotent() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!("{} ({}): {e}; retrying", self.name, self.addr);
+                    last = e.to_string();
+                }
+            }
+        }
+        Err(FsError::ServerDown {
+            server: self.name.clone(),
+            addr: self.addr.clone(),
+            tries: retries,
+            reason: last,
+        })
+    }
+}
