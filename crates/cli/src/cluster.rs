@@ -31,9 +31,10 @@ pub struct UpArgs {
     /// Directory for the whole cluster (one subdirectory per server, the secret).
     #[arg(long, value_name = "DIR")]
     pub data: PathBuf,
-    /// Number of data servers.
-    #[arg(long, default_value_t = 4)]
-    pub iods: u32,
+    /// Number of data servers [default: 4 for a new cluster, the recorded
+    /// number for a restart].
+    #[arg(long, value_name = "N")]
+    pub iods: Option<u32>,
     /// Metadata server on port P, data servers on P+1…; default: the ports
     /// of the cluster's last run, or free ports for a new cluster.
     #[arg(long, value_name = "P")]
@@ -155,17 +156,6 @@ fn port_of(addr: &str) -> Option<u16> {
 }
 
 pub fn up(a: UpArgs) -> Result<()> {
-    if a.iods == 0 {
-        bail!("--iods must be at least 1");
-    }
-    if let Some(p) = a.port_base {
-        if p == 0 || p as u32 + a.iods > 65535 {
-            bail!(
-                "--port-base {p}: the servers take ports {p} to {}, which must lie within 1–65535",
-                p as u32 + a.iods
-            );
-        }
-    }
     let dir = &a.data;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let old = if cluster_file(dir).exists() {
@@ -182,12 +172,24 @@ pub fn up(a: UpArgs) -> Result<()> {
                 dir.display()
             );
         }
-        if c.iods.len() != a.iods as usize {
+        if a.iods.is_some_and(|n| n as usize != c.iods.len()) {
             bail!(
-                "{} was a cluster of {} data servers; restart it with --iods {}",
+                "{} is a cluster of {} data servers; restart it with --iods {} (or without --iods)",
                 dir.display(),
                 c.iods.len(),
                 c.iods.len()
+            );
+        }
+    }
+    let iods = a.iods.or(old.as_ref().map(|c| c.iods.len() as u32)).unwrap_or(4);
+    if iods == 0 {
+        bail!("--iods must be at least 1");
+    }
+    if let Some(p) = a.port_base {
+        if p == 0 || p as u32 + iods > 65535 {
+            bail!(
+                "--port-base {p}: the servers take ports {p} to {}, which must lie within 1–65535",
+                p as u32 + iods
             );
         }
     }
@@ -211,7 +213,7 @@ pub fn up(a: UpArgs) -> Result<()> {
         }
     };
     let mut c = ClusterFile::default();
-    let started = start_servers(&a, dir, &secret_file, &port, &mut c);
+    let started = start_servers(iods, dir, &secret_file, &port, &mut c);
     if let Err(e) = started {
         let left = stop_pids(&c.pids, Duration::from_secs(10));
         c.pids.retain(|p| left.contains(p));
@@ -243,14 +245,14 @@ pub fn up(a: UpArgs) -> Result<()> {
 /// Starts the data servers, then the metadata server, recording each in
 /// DIR/cluster.json as it starts.
 fn start_servers(
-    a: &UpArgs,
+    iods: u32,
     dir: &Path,
     secret_file: &Path,
     port: &dyn Fn(usize) -> u16,
     c: &mut ClusterFile,
 ) -> Result<()> {
     let s = |x: &Path| x.to_string_lossy().into_owned();
-    for i in 0..a.iods as usize {
+    for i in 0..iods as usize {
         let d = dir.join(format!("iod-{i}"));
         std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         let args = vec![

@@ -2,75 +2,12 @@
 //! library and the command line, as a user would.
 
 use parcache_client::Fs;
-use parcache_proto::Secret;
 use rand::{Rng, SeedableRng};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 mod common;
-use common::parcache;
-
-struct Cluster {
-    dir: PathBuf,
-}
-
-impl Cluster {
-    fn up(name: &str, iods: u32) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("parcache-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let c = Cluster { dir };
-        c.start(iods);
-        c
-    }
-    fn start(&self, iods: u32) {
-        let (ok, _, err) = parcache(&["up", "--data", self.d(), "--iods", &iods.to_string()]);
-        assert!(ok, "parcache up: {err}");
-    }
-    fn d(&self) -> &str {
-        self.dir.to_str().unwrap()
-    }
-    fn info(&self) -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(self.dir.join("cluster.json")).unwrap()).unwrap()
-    }
-    async fn fs(&self) -> std::sync::Arc<Fs> {
-        let secret = Secret::load(&self.dir.join("secret")).unwrap();
-        Fs::connect(self.info()["mds"].as_str().unwrap(), &secret)
-            .await
-            .unwrap()
-    }
-    fn pids(&self) -> Vec<u32> {
-        self.info()["pids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p.as_u64().unwrap() as u32)
-            .collect()
-    }
-    fn kill9(&self, pid: u32) {
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        // Wait until it is gone (or a zombie of an exited parent).
-        for _ in 0..200 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.is_empty() || stat.contains(") Z ") {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let (ok, _, _) = parcache(&["down", "--data", self.d()]);
-        if !ok {
-            for p in self.pids() {
-                self.kill9(p);
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use common::{parcache, Cluster};
 
 /// Files of 0 B to 256 MiB, aligned and unaligned, written in random pieces
 /// in random order and read back at random offsets, against a model, under

@@ -224,10 +224,15 @@ impl DataPath {
     }
 }
 
+/// The error for the node cache, without the file's name (the client
+/// puts the name in front).
 fn below_err(e: FsError) -> BelowError {
     BelowError {
         errno: e.errno(),
-        message: e.to_string(),
+        message: match e {
+            FsError::Remote { message, .. } => message,
+            e => e.to_string(),
+        },
     }
 }
 

@@ -142,6 +142,9 @@ pub struct Fs {
     me: Weak<Fs>,
     /// Whether the task answering the metadata server's callbacks runs.
     answering: AtomicBool,
+    /// The path (or, through a mount, the name) each file was reached by,
+    /// so errors name files rather than handles.
+    names: Mutex<HashMap<u64, String>>,
 }
 
 /// A node id no other node is likely to have: random, with the process id.
@@ -192,7 +195,26 @@ impl Fs {
             node: node_id(),
             me: me.clone(),
             answering: AtomicBool::new(false),
+            names: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// What errors call a file: the path or name it was reached by, else its handle.
+    fn what(&self, handle: u64) -> String {
+        match self.names.lock().get(&handle) {
+            Some(n) => n.clone(),
+            None => format!("handle {handle}"),
+        }
+    }
+
+    fn name(&self, a: &Attr, name: &str) {
+        if a.kind == FileKind::File {
+            let mut names = self.names.lock();
+            if names.len() > 100_000 {
+                names.clear();
+            }
+            names.insert(a.handle, name.to_string());
+        }
     }
 
     /// How many times to try a data server before giving up (at least 1).
@@ -252,7 +274,7 @@ impl Fs {
         if let Some(st) = self.files.lock().get(&a.handle) {
             return Ok(st.clone());
         }
-        let what = format!("handle {}", a.handle);
+        let what = self.what(a.handle);
         let settings = match self.md(&what, Request::GetPolicy { handle: a.handle }).await? {
             Response::Policies(p) => p,
             other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
@@ -306,7 +328,7 @@ impl Fs {
         let mut cacheable = true;
         if st.policies.consistency.opens_at_server() {
             self.answer_callbacks();
-            let what = format!("handle {}", a.handle);
+            let what = self.what(a.handle);
             match self
                 .md(
                     &what,
@@ -395,7 +417,7 @@ impl Fs {
                 self.report(a.handle).await?;
             }
             self.md(
-                &format!("handle {}", a.handle),
+                &self.what(a.handle),
                 Request::Close {
                     handle: a.handle,
                     node: self.node,
@@ -474,7 +496,7 @@ impl Fs {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
         self.data.sync(a.handle).await?;
-        self.md(&format!("handle {}", a.handle), Request::Sync).await?;
+        self.md(&self.what(a.handle), Request::Sync).await?;
         Ok(())
     }
 
@@ -504,7 +526,7 @@ impl Fs {
             s.size = s.known_size;
             s.reported = s.writes;
         });
-        Err(from_below(format!("handle {handle}"), e))
+        Err(from_below(self.what(handle), e))
     }
 
     /// Tells the metadata server the size this node wrote the file to.
@@ -519,7 +541,7 @@ impl Fs {
             _ => return Ok(None),
         };
         let attr = self
-            .md_attr(&format!("handle {handle}"), Request::Written { handle, size })
+            .md_attr(&self.what(handle), Request::Written { handle, size })
             .await?;
         self.update(handle, |s| {
             s.version = close_to_open::after_report(s.version, attr.version);
@@ -598,6 +620,7 @@ impl Fs {
                 )
                 .await?;
         }
+        self.name(&cur, path);
         Ok(cur)
     }
 
@@ -619,13 +642,14 @@ impl Fs {
     }
 
     pub async fn getattr(&self, handle: u64) -> Result<Attr> {
-        self.md_attr(&format!("handle {handle}"), Request::GetAttr { handle })
-            .await
+        self.md_attr(&self.what(handle), Request::GetAttr { handle }).await
     }
 
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        self.create_at(dir.handle, &name, mode, exclusive).await
+        let a = self.create_at(dir.handle, &name, mode, exclusive).await?;
+        self.name(&a, path);
+        Ok(a)
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Attr> {
@@ -664,7 +688,9 @@ impl Fs {
             parent,
             name: name.to_string(),
         };
-        self.md_attr(name, req).await
+        let a = self.md_attr(name, req).await?;
+        self.name(&a, name);
+        Ok(a)
     }
 
     pub async fn create_at(&self, parent: u64, name: &str, mode: u32, exclusive: bool) -> Result<Attr> {
@@ -676,6 +702,7 @@ impl Fs {
         };
         match self.md(name, req).await? {
             Response::Created { attr, policies } => {
+                self.name(&attr, name);
                 self.learn(&attr, &policies)?;
                 Ok(attr)
             }
@@ -742,7 +769,7 @@ impl Fs {
     }
 
     pub async fn readlink(&self, handle: u64) -> Result<String> {
-        let what = format!("handle {handle}");
+        let what = self.what(handle);
         match self.md(&what, Request::ReadLink { handle }).await? {
             Response::Target(t) => Ok(t),
             other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
@@ -761,7 +788,7 @@ impl Fs {
 
     /// Sets a policy of a file or directory by handle (see [`Fs::set_policy`]).
     pub async fn set_policy_handle(&self, handle: u64, key: &str, value: &str) -> Result<Vec<(String, String)>> {
-        let what = format!("handle {handle}");
+        let what = self.what(handle);
         let req = Request::SetPolicy {
             handle,
             key: key.into(),
@@ -784,7 +811,7 @@ impl Fs {
     }
 
     pub async fn get_policy_handle(&self, handle: u64) -> Result<Vec<(String, String)>> {
-        let what = format!("handle {handle}");
+        let what = self.what(handle);
         match self.md(&what, Request::GetPolicy { handle }).await? {
             Response::Policies(p) => Ok(p),
             other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
@@ -793,8 +820,7 @@ impl Fs {
 
     /// Changes mode, owner or times (a size goes through [`Fs::truncate`]).
     pub async fn setattr(&self, handle: u64, set: SetAttr) -> Result<Attr> {
-        self.md_attr(&format!("handle {handle}"), Request::SetAttr { handle, set })
-            .await
+        self.md_attr(&self.what(handle), Request::SetAttr { handle, set }).await
     }
 
     /// The size of a file as this node wrote it, while the metadata server
@@ -843,7 +869,7 @@ impl Fs {
     /// blocks of the file are dropped, the data servers cut or extend their
     /// parts and the metadata server records the size.
     pub async fn truncate(&self, a: &Attr, size: u64) -> Result<Attr> {
-        let what = format!("handle {}", a.handle);
+        let what = self.what(a.handle);
         let st = self.state(a).await?;
         let _alone = st.gate.write().await;
         st.pool
@@ -906,7 +932,7 @@ impl Fs {
         st.pool
             .write(a.handle, offset, data)
             .await
-            .map_err(|e| from_driver(format!("handle {}", a.handle), e))
+            .map_err(|e| from_driver(self.what(a.handle), e))
     }
 
     /// Reads up to `len` bytes at `offset` (holes read as zeros), through
@@ -948,7 +974,7 @@ impl Fs {
         st.pool
             .read(a.handle, offset, &mut buf[..n])
             .await
-            .map_err(|e| from_driver(format!("handle {}", a.handle), e))?;
+            .map_err(|e| from_driver(self.what(a.handle), e))?;
         Ok(n)
     }
 }

@@ -1,6 +1,12 @@
 //! Helpers shared by the command-line tests.
 
+#![allow(dead_code)] // each test binary uses some of these
+
+use parcache_client::Fs;
+use parcache_proto::Secret;
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 /// Runs the `parcache` binary; returns success, stdout and stderr.
 pub fn parcache(args: &[&str]) -> (bool, String, String) {
@@ -14,4 +20,67 @@ pub fn parcache(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&o.stdout).into(),
         String::from_utf8_lossy(&o.stderr).into(),
     )
+}
+
+/// A cluster started with `parcache up` in a temporary directory, stopped
+/// (or killed) and removed when dropped.
+pub struct Cluster {
+    pub dir: PathBuf,
+}
+
+impl Cluster {
+    pub fn up(name: &str, iods: u32) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("parcache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = Cluster { dir };
+        c.start(iods);
+        c
+    }
+    pub fn start(&self, iods: u32) {
+        let (ok, _, err) = parcache(&["up", "--data", self.d(), "--iods", &iods.to_string()]);
+        assert!(ok, "parcache up: {err}");
+    }
+    pub fn d(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+    pub fn info(&self) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(self.dir.join("cluster.json")).unwrap()).unwrap()
+    }
+    pub async fn fs(&self) -> std::sync::Arc<Fs> {
+        let secret = Secret::load(&self.dir.join("secret")).unwrap();
+        Fs::connect(self.info()["mds"].as_str().unwrap(), &secret)
+            .await
+            .unwrap()
+    }
+    pub fn pids(&self) -> Vec<u32> {
+        self.info()["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap() as u32)
+            .collect()
+    }
+    pub fn kill9(&self, pid: u32) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        // Wait until it is gone (or a zombie of an exited parent).
+        for _ in 0..200 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let (ok, _, _) = parcache(&["down", "--data", self.d()]);
+        if !ok {
+            for p in self.pids() {
+                self.kill9(p);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
