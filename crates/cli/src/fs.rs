@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use parcache_client::Fs;
-use parcache_proto::{Attr, FileKind, Secret};
+use parcache_proto::{show_name, Attr, FileKind, Secret};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -88,7 +88,17 @@ pub enum PolicyCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Show a file's or directory's policies.
+    /// Remove policy settings of a file or directory (they fall back to
+    /// the default).
+    Unset {
+        path: String,
+        #[arg(required = true, value_name = "KEY")]
+        keys: Vec<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show a file's or directory's effective policies and where each
+    /// comes from (set on it, inherited from its directory, or the default).
     Get {
         path: String,
         #[command(flatten)]
@@ -298,7 +308,7 @@ pub fn ls(a: PathArgs) -> Result<()> {
             fs.readdir(p).await?
         } else {
             vec![parcache_proto::DirEntry {
-                name: p.rsplit('/').next().unwrap_or(p).into(),
+                name: p.rsplit('/').next().unwrap_or(p).as_bytes().to_vec(),
                 handle: attr.handle,
                 kind: attr.kind,
             }]
@@ -310,8 +320,12 @@ pub fn ls(a: PathArgs) -> Result<()> {
                 FileKind::Dir => 'd',
                 FileKind::File => '-',
                 FileKind::Symlink => 'l',
+                FileKind::Fifo => 'p',
+                FileKind::CharDevice => 'c',
+                FileKind::BlockDevice => 'b',
+                FileKind::Socket => 's',
             };
-            writeln!(out, "{k}{:o} {:>12} {}", a.mode, a.size, e.name)?;
+            writeln!(out, "{k}{:o} {:>12} {}", a.mode, a.size, show_name(&e.name))?;
         }
         Ok(())
     })
@@ -378,28 +392,57 @@ pub fn stat(a: PathArgs) -> Result<()> {
 pub fn policy(c: PolicyCommand) -> Result<()> {
     rt()?.block_on(async {
         let (path, target) = match &c {
-            PolicyCommand::Set { path, target, .. } | PolicyCommand::Get { path, target } => {
-                (path.clone(), target.clone())
-            }
+            PolicyCommand::Set { path, target, .. }
+            | PolicyCommand::Get { path, target }
+            | PolicyCommand::Unset { path, target, .. } => (path.clone(), target.clone()),
         };
         let fs = target.connect().await?;
         let p = need_cluster(&path)?;
-        let list = match c {
+        match c {
             PolicyCommand::Set { settings, .. } => {
-                let mut last = vec![];
                 for kv in settings {
                     let (k, v) = kv.split_once('=').with_context(|| format!("'{kv}' is not KEY=VALUE"))?;
-                    last = fs.set_policy(p, k.trim(), v.trim()).await?;
+                    let (k, v) = (k.trim(), v.trim());
+                    fs.set_policy(p, k, v).await?;
+                    if k == "stripe_width" && v.parse::<usize>().is_ok_and(|n| n > fs.servers()) {
+                        eprintln!(
+                            "parcache: warning: stripe_width {v} is more than the cluster's {} data servers: \
+                             new files use all {}",
+                            fs.servers(),
+                            fs.servers()
+                        );
+                    }
                 }
-                last
             }
-            PolicyCommand::Get { .. } => fs.get_policy(p).await?,
-        };
-        if list.is_empty() {
-            outln!("{path}: default policies")?;
+            PolicyCommand::Unset { keys, .. } => {
+                let a = fs.resolve(p).await?;
+                for k in keys {
+                    fs.unset_policy_handle(a.handle, &k)
+                        .await
+                        .with_context(|| format!("{path}: unsetting {k}"))?;
+                }
+            }
+            PolicyCommand::Get { .. } => {}
         }
-        for (k, v) in list {
-            outln!("{k}={v}")?;
+        let a = fs.resolve(p).await?;
+        for (k, v, origin) in fs.effective_policies(a.handle).await? {
+            let from = match origin {
+                "set" => "set here",
+                "inherited" => "inherited from its directory when it was made",
+                _ => "default",
+            };
+            outln!("{:<32} ({from})", format!("{k}={v}"))?;
+        }
+        if let Some(l) = &a.layout {
+            outln!(
+                "{:<32} (layout, fixed when the file was made)",
+                format!("stripe_unit={}", l.stripe_unit)
+            )?;
+            outln!(
+                "{:<32} (layout: data servers {:?})",
+                format!("stripe_width={}", l.servers.len()),
+                l.servers
+            )?;
         }
         Ok(())
     })

@@ -24,7 +24,8 @@ use parcache_core::consistency::close_to_open::{self, CloseAction, OpenAction};
 use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, WritePolicyKind};
 use parcache_driver::{BelowError, Driver, DriverError};
 use parcache_proto::{
-    Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr, ROOT,
+    show_name, Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Request, Response, Secret, SetAttr,
+    ROOT,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -615,7 +616,7 @@ impl Fs {
                     path,
                     Request::Lookup {
                         parent: cur.handle,
-                        name: name.to_string(),
+                        name: name.as_bytes().to_vec(),
                     },
                 )
                 .await?;
@@ -647,14 +648,14 @@ impl Fs {
 
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        let a = self.create_at(dir.handle, &name, mode, exclusive).await?;
+        let a = self.create_at(dir.handle, name.as_bytes(), mode, exclusive).await?;
         self.name(&a, path);
         Ok(a)
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Attr> {
         let (dir, name) = self.parent(path).await?;
-        self.mkdir_at(dir.handle, &name, mode).await
+        self.mkdir_at(dir.handle, name.as_bytes(), mode).await
     }
 
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
@@ -665,110 +666,138 @@ impl Fs {
     /// Removes a file; its data goes from the data servers when its last link does.
     pub async fn unlink(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        self.unlink_at(dir.handle, &name).await
+        self.unlink_at(dir.handle, name.as_bytes()).await
     }
 
     pub async fn rmdir(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        self.rmdir_at(dir.handle, &name).await
+        self.rmdir_at(dir.handle, name.as_bytes()).await
     }
 
     /// Renames, replacing an existing target (whose data goes if it was the last link).
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (d1, n1) = self.parent(from).await?;
         let (d2, n2) = self.parent(to).await?;
-        self.rename_at(d1.handle, &n1, d2.handle, &n2).await
+        self.rename_at(d1.handle, n1.as_bytes(), d2.handle, n2.as_bytes()).await
     }
 
     // Handle-based calls, as a mount sees the namespace: (directory, name).
+    // Names are bytes (any but `/` and NUL), as the kernel gives them.
 
     /// The entry `name` of directory `parent`.
-    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+    pub async fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         let req = Request::Lookup {
             parent,
-            name: name.to_string(),
+            name: name.to_vec(),
         };
-        let a = self.md_attr(name, req).await?;
-        self.name(&a, name);
+        let shown = show_name(name);
+        let a = self.md_attr(&shown, req).await?;
+        self.name(&a, &shown);
         Ok(a)
     }
 
-    pub async fn create_at(&self, parent: u64, name: &str, mode: u32, exclusive: bool) -> Result<Attr> {
+    pub async fn create_at(&self, parent: u64, name: &[u8], mode: u32, exclusive: bool) -> Result<Attr> {
         let req = Request::Create {
             parent,
-            name: name.to_string(),
+            name: name.to_vec(),
             mode,
             exclusive,
         };
-        match self.md(name, req).await? {
+        let shown = show_name(name);
+        match self.md(&shown, req).await? {
             Response::Created { attr, policies } => {
-                self.name(&attr, name);
+                self.name(&attr, &shown);
                 self.learn(&attr, &policies)?;
                 Ok(attr)
             }
-            other => Err(FsError::Protocol(format!("{name}: unexpected reply {other:?}"))),
+            other => Err(FsError::Protocol(format!("{shown}: unexpected reply {other:?}"))),
         }
     }
 
-    pub async fn mkdir_at(&self, parent: u64, name: &str, mode: u32) -> Result<Attr> {
+    pub async fn mkdir_at(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
         let req = Request::Mkdir {
             parent,
-            name: name.to_string(),
+            name: name.to_vec(),
             mode,
         };
-        self.md_attr(name, req).await
+        self.md_attr(&show_name(name), req).await
     }
 
+    /// A special file (fifo, character or block device, socket): metadata
+    /// only, never opened through the data path.
+    pub async fn mknod_at(&self, parent: u64, name: &[u8], mode: u32, kind: FileKind, rdev: u32) -> Result<Attr> {
+        let req = Request::Mknod {
+            parent,
+            name: name.to_vec(),
+            mode,
+            kind,
+            rdev,
+        };
+        self.md_attr(&show_name(name), req).await
+    }
+
+    /// Every entry of a directory, fetched in pages (a directory of any
+    /// size lists whole).
     pub async fn readdir_handle(&self, handle: u64) -> Result<Vec<DirEntry>> {
-        let what = format!("directory {handle}");
-        match self.md(&what, Request::ReadDir { handle }).await? {
-            Response::Entries(e) => Ok(e),
-            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        let what = format!("directory {}", self.what(handle));
+        let mut all: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone());
+            match self.md(&what, Request::ReadDir { handle, after }).await? {
+                Response::Entries { entries, more } => {
+                    let progressed = !entries.is_empty();
+                    all.extend(entries);
+                    if !more || !progressed {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+            }
         }
     }
 
-    pub async fn unlink_at(&self, parent: u64, name: &str) -> Result<()> {
+    pub async fn unlink_at(&self, parent: u64, name: &[u8]) -> Result<()> {
         let req = Request::Unlink {
             parent,
-            name: name.to_string(),
+            name: name.to_vec(),
         };
-        if let Response::Attr(gone) = self.md(name, req).await? {
+        if let Response::Attr(gone) = self.md(&show_name(name), req).await? {
             self.remove_data(&gone).await?;
         }
         Ok(())
     }
 
-    pub async fn rmdir_at(&self, parent: u64, name: &str) -> Result<()> {
+    pub async fn rmdir_at(&self, parent: u64, name: &[u8]) -> Result<()> {
         let req = Request::Rmdir {
             parent,
-            name: name.to_string(),
+            name: name.to_vec(),
         };
-        self.md(name, req).await.map(|_| ())
+        self.md(&show_name(name), req).await.map(|_| ())
     }
 
-    pub async fn rename_at(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) -> Result<()> {
+    pub async fn rename_at(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) -> Result<()> {
         let req = Request::Rename {
             parent,
-            name: name.to_string(),
+            name: name.to_vec(),
             new_parent,
-            new_name: new_name.to_string(),
+            new_name: new_name.to_vec(),
         };
-        if let Response::Attr(gone) = self.md(name, req).await? {
+        if let Response::Attr(gone) = self.md(&show_name(name), req).await? {
             self.remove_data(&gone).await?;
         }
         Ok(())
     }
 
-    pub async fn symlink_at(&self, parent: u64, name: &str, target: &str) -> Result<Attr> {
+    pub async fn symlink_at(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
         let req = Request::Symlink {
             parent,
-            name: name.to_string(),
-            target: target.to_string(),
+            name: name.to_vec(),
+            target: target.to_vec(),
         };
-        self.md_attr(name, req).await
+        self.md_attr(&show_name(name), req).await
     }
 
-    pub async fn readlink(&self, handle: u64) -> Result<String> {
+    pub async fn readlink(&self, handle: u64) -> Result<Vec<u8>> {
         let what = self.what(handle);
         match self.md(&what, Request::ReadLink { handle }).await? {
             Response::Target(t) => Ok(t),
@@ -777,13 +806,112 @@ impl Fs {
     }
 
     /// A hard link to `handle` as `new_name` in `new_parent`.
-    pub async fn link_at(&self, handle: u64, new_parent: u64, new_name: &str) -> Result<Attr> {
+    pub async fn link_at(&self, handle: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
         let req = Request::Link {
             handle,
             new_parent,
-            new_name: new_name.to_string(),
+            new_name: new_name.to_vec(),
         };
-        self.md_attr(new_name, req).await
+        self.md_attr(&show_name(new_name), req).await
+    }
+
+    /// Sets extended attribute `name` (`flags`: 1 create only, 2 replace only).
+    pub async fn set_xattr(&self, handle: u64, name: &str, value: &[u8], flags: u32) -> Result<()> {
+        let req = Request::SetXattr {
+            handle,
+            name: name.into(),
+            flags,
+        };
+        let what = self.what(handle);
+        match self.mds.call(&req, value).await?.0 {
+            Response::Ok => Ok(()),
+            Response::Error(e) => Err(FsError::Remote {
+                path: what,
+                code: e.code,
+                message: e.message,
+            }),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn get_xattr(&self, handle: u64, name: &str) -> Result<Vec<u8>> {
+        let what = self.what(handle);
+        let req = Request::GetXattr {
+            handle,
+            name: name.into(),
+        };
+        match self.mds.call(&req, &[]).await? {
+            (Response::Data { .. }, v) => Ok(v.to_vec()),
+            (Response::Error(e), _) => Err(FsError::Remote {
+                path: what,
+                code: e.code,
+                message: e.message,
+            }),
+            (other, _) => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn list_xattr(&self, handle: u64) -> Result<Vec<String>> {
+        let what = self.what(handle);
+        match self.md(&what, Request::ListXattr { handle }).await? {
+            Response::Names(n) => Ok(n),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn remove_xattr(&self, handle: u64, name: &str) -> Result<()> {
+        let req = Request::RemoveXattr {
+            handle,
+            name: name.into(),
+        };
+        self.md(&self.what(handle), req).await.map(|_| ())
+    }
+
+    /// A file's policy settings with where each came from: (key, value,
+    /// inherited from its directory at create).
+    pub async fn policy_origins(&self, handle: u64) -> Result<Vec<(String, String, bool)>> {
+        let what = self.what(handle);
+        match self.md(&what, Request::ExplainPolicy { handle }).await? {
+            Response::Origins(o) => Ok(o),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// A file's or directory's effective policies, (key, value, origin),
+    /// sorted by key: each set on it (`"set"`), copied from its directory
+    /// when it was made (`"inherited"`), or the node cache's default
+    /// (`"default"`).
+    pub async fn effective_policies(&self, handle: u64) -> Result<Vec<(String, String, &'static str)>> {
+        let mut all: Vec<(String, String, &'static str)> = self
+            .policy_origins(handle)
+            .await?
+            .into_iter()
+            .map(|(k, v, inherited)| (k, v, if inherited { "inherited" } else { "set" }))
+            .collect();
+        for (k, v) in FilePolicies::default().settings() {
+            if !all.iter().any(|(key, _, _)| *key == k) {
+                all.push((k.to_string(), v, "default"));
+            }
+        }
+        all.sort();
+        Ok(all)
+    }
+
+    /// Removes a policy setting: the file or directory falls back to the
+    /// default (the node cache drops what it held under the old policy).
+    pub async fn unset_policy_handle(&self, handle: u64, key: &str) -> Result<Vec<(String, String)>> {
+        let what = self.what(handle);
+        let req = Request::UnsetPolicy {
+            handle,
+            key: key.into(),
+        };
+        match self.md(&what, req).await? {
+            Response::Policies(p) => {
+                self.forget_policies(handle).await?;
+                Ok(p)
+            }
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
     }
 
     /// Sets a policy of a file or directory by handle (see [`Fs::set_policy`]).
@@ -796,18 +924,25 @@ impl Fs {
         };
         match self.md(&what, req).await? {
             Response::Policies(p) => {
-                let known = self.files.lock().remove(&handle);
-                if let Some(st) = known {
-                    st.pool
-                        .flush_file(handle)
-                        .await
-                        .map_err(|e| from_below(what.clone(), e))?;
-                    st.pool.discard_file(handle, 0).await;
-                }
+                self.forget_policies(handle).await?;
                 Ok(p)
             }
             other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
         }
+    }
+
+    /// The node learns a file's policies again at its next use: its dirty
+    /// blocks go down first and its cached ones are dropped.
+    async fn forget_policies(&self, handle: u64) -> Result<()> {
+        let known = self.files.lock().remove(&handle);
+        if let Some(st) = known {
+            st.pool
+                .flush_file(handle)
+                .await
+                .map_err(|e| from_below(self.what(handle), e))?;
+            st.pool.discard_file(handle, 0).await;
+        }
+        Ok(())
     }
 
     pub async fn get_policy_handle(&self, handle: u64) -> Result<Vec<(String, String)>> {

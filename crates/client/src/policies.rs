@@ -49,6 +49,16 @@ impl FilePolicies {
 
     /// Files with the same replacement, write and prefetch policies share a
     /// pool of the node cache.
+    /// The policies as settings (key, value), as `policy set` takes them.
+    pub fn settings(&self) -> [(&'static str, String); 4] {
+        [
+            ("write", self.write.to_string()),
+            ("replacement", self.replacement.to_string()),
+            ("prefetch", self.prefetch.to_string()),
+            ("consistency", self.consistency.to_string()),
+        ]
+    }
+
     pub fn pool_key(&self) -> (ReplacementKind, WritePolicyKind, PrefetchKind) {
         (self.replacement, self.write, self.prefetch)
     }

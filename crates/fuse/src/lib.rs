@@ -12,15 +12,16 @@
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
-use parcache_client::{FilePolicies, Fs, FsError};
+use parcache_client::{Fs, FsError};
 use parcache_core::ConsistencyKind;
 use parcache_proto::{Attr, FileKind, SetAttr, Timestamp};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,7 +64,15 @@ pub struct Mount {
     rt: tokio::runtime::Handle,
     /// Attributes of open files (their layouts), by handle.
     open: Arc<Mutex<HashMap<u64, (Attr, u32)>>>,
+    /// Open directories' listings, by the handle `opendir` gave: taken
+    /// whole (in pages from the metadata server) when read from the start,
+    /// so offsets stay valid however large the directory.
+    dirs: Arc<Mutex<HashMap<u64, Arc<Vec<Listed>>>>>,
+    next_dir: u64,
 }
+
+/// One entry of a listing: handle, kind, name.
+type Listed = (u64, FileType, std::ffi::OsString);
 
 impl Mount {
     /// A mount served by `fs`, running requests on `rt`.
@@ -72,6 +81,8 @@ impl Mount {
             fs,
             rt,
             open: Arc::new(Mutex::new(HashMap::new())),
+            dirs: Arc::new(Mutex::new(HashMap::new())),
+            next_dir: 1,
         }
     }
 
@@ -143,6 +154,21 @@ fn kind(k: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// The special file kind a `mknod` mode asks for (`None`: a regular file).
+fn special(mode: u32) -> Option<FileKind> {
+    match mode & 0o170000 {
+        0o010000 => Some(FileKind::Fifo),
+        0o020000 => Some(FileKind::CharDevice),
+        0o060000 => Some(FileKind::BlockDevice),
+        0o140000 => Some(FileKind::Socket),
+        _ => None,
     }
 }
 
@@ -163,7 +189,7 @@ fn file_attr(fs: &Fs, a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 64 << 10,
         flags: 0,
     }
@@ -197,8 +223,9 @@ async fn open_flags(fs: &Fs, a: &Attr) -> Result<u32, FsError> {
     })
 }
 
-fn name_of(name: &OsStr) -> Result<String, i32> {
-    name.to_str().map(str::to_string).ok_or(22)
+/// A name as the metadata server keeps it: its bytes.
+fn name_of(name: &OsStr) -> Result<Vec<u8>, i32> {
+    Ok(name.as_bytes().to_vec())
 }
 
 impl Mount {
@@ -514,35 +541,151 @@ impl Filesystem for Mount {
         self.done(async move { fs.fsync(&attr.await?).await }, reply);
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
+    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        let fh = self.next_dir;
+        self.next_dir += 1;
+        reply.opened(fh, 0);
+    }
+
+    fn releasedir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
+        self.dirs.lock().remove(&fh);
+        reply.ok();
+    }
+
+    fn readdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
         let fs = self.fs.clone();
+        let dirs = self.dirs.clone();
+        let have = if offset > 0 {
+            dirs.lock().get(&fh).cloned()
+        } else {
+            None
+        };
         self.run(async move {
-            match fs.readdir_handle(ino).await {
-                Ok(entries) => {
-                    let dots = [
-                        (ino, FileType::Directory, ".".to_string()),
-                        (ino, FileType::Directory, "..".to_string()),
-                    ];
-                    let all = dots
-                        .into_iter()
-                        .chain(entries.into_iter().map(|e| (e.handle, kind(e.kind), e.name)));
-                    for (i, (h, k, n)) in all.enumerate().skip(offset.max(0) as usize) {
-                        if reply.add(h, i as i64 + 1, k, n) {
-                            break;
-                        }
+            let listing = match have {
+                Some(l) => l,
+                None => match fs.readdir_handle(ino).await {
+                    Ok(entries) => {
+                        let dots = [
+                            (ino, FileType::Directory, ".".into()),
+                            (ino, FileType::Directory, "..".into()),
+                        ];
+                        let all: Vec<Listed> = dots
+                            .into_iter()
+                            .chain(entries.into_iter().map(|e| {
+                                let name = std::ffi::OsString::from_vec(e.name);
+                                (e.handle, kind(e.kind), name)
+                            }))
+                            .collect();
+                        let all = Arc::new(all);
+                        dirs.lock().insert(fh, all.clone());
+                        all
                     }
-                    reply.ok()
+                    Err(e) => return reply.error(errno(&e)),
+                },
+            };
+            for (i, (h, k, n)) in listing.iter().enumerate().skip(offset.max(0) as usize) {
+                if reply.add(*h, i as i64 + 1, *k, n) {
+                    break;
                 }
-                Err(e) => reply.error(errno(&e)),
             }
+            reply.ok()
         });
+    }
+
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let fs = self.fs.clone();
+        let name = match name_of(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let (uid, gid) = (req.uid(), req.gid());
+        let perm = mode & !umask & 0o7777;
+        self.entry(
+            async move {
+                let a = match special(mode) {
+                    Some(k) => fs.mknod_at(parent, &name, perm, k, rdev).await?,
+                    None => fs.create_at(parent, &name, perm, true).await?,
+                };
+                owned(&fs, a, uid, gid).await
+            },
+            reply,
+        );
+    }
+
+    /// `fallocate`: mode 0 makes sure the range exists (the file grows to
+    /// cover it; the bytes read as zeros), `FALLOC_FL_KEEP_SIZE` alone has
+    /// nothing to do (space is not reserved ahead); other modes (punching
+    /// holes, collapsing ranges) are not supported.
+    fn fallocate(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        const FALLOC_FL_KEEP_SIZE: i32 = 1;
+        const EOPNOTSUPP: i32 = 95;
+        if offset < 0 || length <= 0 {
+            return reply.error(22);
+        }
+        match mode {
+            0 => {}
+            FALLOC_FL_KEEP_SIZE => return reply.ok(),
+            _ => return reply.error(EOPNOTSUPP),
+        }
+        let end = (offset as u64).saturating_add(length as u64);
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        let open = self.open.clone();
+        self.done(
+            async move {
+                let a = attr.await?;
+                let size = a.size.max(fs.local_size(ino).unwrap_or(0));
+                if end > size {
+                    let t = fs.truncate(&a, end).await?;
+                    if let Some(e) = open.lock().get_mut(&ino) {
+                        e.0 = t;
+                    }
+                }
+                Ok(())
+            },
+            reply,
+        );
+    }
+
+    /// No ioctls are served: answered ENOTTY at once, as a local file
+    /// system answers one it does not know (and not logged per call).
+    fn ioctl(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _flags: u32,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(25);
     }
 
     fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let fs = self.fs.clone();
-        let (name, target) = match (name_of(link_name), target.to_str()) {
-            (Ok(n), Some(t)) => (n, t.to_string()),
-            _ => return reply.error(22),
+        let (name, target) = match name_of(link_name) {
+            Ok(n) => (n, target.as_os_str().as_bytes().to_vec()),
+            Err(e) => return reply.error(e),
         };
         let (uid, gid) = (req.uid(), req.gid());
         self.entry(
@@ -555,7 +698,7 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         self.run(async move {
             match fs.readlink(ino).await {
-                Ok(t) => reply.data(t.as_bytes()),
+                Ok(t) => reply.data(&t),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -576,70 +719,106 @@ impl Filesystem for Mount {
         ino: u64,
         name: &OsStr,
         value: &[u8],
-        _flags: i32,
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        const ENOTSUP: i32 = 95;
-        let Some(key) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(XATTR_PREFIX))
-            .map(str::to_string)
-        else {
+        let Some(name) = xattr_name(name) else {
             return reply.error(ENOTSUP);
         };
-        let Ok(value) = std::str::from_utf8(value).map(|v| v.trim_end_matches('\0').to_string()) else {
-            return reply.error(22);
-        };
         let fs = self.fs.clone();
-        self.run(async move {
-            match fs.set_policy_handle(ino, &key, &value).await {
-                Ok(_) => reply.ok(),
-                Err(e) => {
-                    tracing::warn!("setxattr {XATTR_PREFIX}{key}={value}: {e}");
-                    reply.error(errno(&e))
-                }
+        let value = value.to_vec();
+        match name.strip_prefix(XATTR_PREFIX).map(str::to_string) {
+            Some(key) => {
+                let Ok(v) = std::str::from_utf8(&value).map(|v| v.trim_end_matches(['\0', '\n']).to_string()) else {
+                    return reply.error(22);
+                };
+                self.run(async move {
+                    match fs.set_policy_handle(ino, &key, &v).await {
+                        Ok(_) => reply.ok(),
+                        Err(e) => {
+                            tracing::warn!("setxattr {XATTR_PREFIX}{key}={v}: {e}");
+                            reply.error(errno(&e))
+                        }
+                    }
+                });
             }
-        });
+            None => self.done(
+                async move { fs.set_xattr(ino, &name, &value, flags as u32).await },
+                reply,
+            ),
+        }
     }
 
     fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
-        const ENODATA: i32 = 61;
-        let Some(key) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(XATTR_PREFIX))
-            .map(str::to_string)
-        else {
+        let Some(name) = xattr_name(name) else {
             return reply.error(ENODATA);
         };
         let fs = self.fs.clone();
         self.run(async move {
-            match policy_values(&fs, ino).await {
-                Ok(vals) => match vals.iter().find(|(k, _)| *k == key) {
-                    Some((_, v)) => xattr_reply(reply, size, v.as_bytes()),
-                    None => reply.error(ENODATA),
-                },
+            let got = match name.strip_prefix(XATTR_PREFIX) {
+                // The effective value: set, inherited or the default.
+                Some(key) => policy_values(&fs, ino).await.and_then(|vals| {
+                    vals.into_iter()
+                        .find(|(k, _, _)| k == key)
+                        .map(|(_, v, _)| v.into_bytes())
+                        .ok_or(FsError::Remote {
+                            path: name.clone(),
+                            code: parcache_proto::ErrorCode::NoData,
+                            message: "no such policy".into(),
+                        })
+                }),
+                None if name.starts_with("user.") => fs.get_xattr(ino, &name).await,
+                None => return reply.error(ENODATA),
+            };
+            match got {
+                Ok(v) => xattr_reply(reply, size, &v),
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
+    /// The file's `user.*` attributes and the policies set on it (not
+    /// inherited ones nor defaults, so `cp -a` and `tar --xattrs` do not
+    /// pin them on copies; `getfattr -n` reads any policy).
     fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
         let fs = self.fs.clone();
         self.run(async move {
-            match policy_values(&fs, ino).await {
-                Ok(vals) => {
-                    let mut names = Vec::new();
-                    for (k, _) in vals {
+            let r = async {
+                let mut names = Vec::new();
+                for k in fs.list_xattr(ino).await? {
+                    names.extend_from_slice(k.as_bytes());
+                    names.push(0);
+                }
+                for (k, _, inherited) in fs.policy_origins(ino).await? {
+                    if !inherited {
                         names.extend_from_slice(XATTR_PREFIX.as_bytes());
                         names.extend_from_slice(k.as_bytes());
                         names.push(0);
                     }
-                    xattr_reply(reply, size, &names)
                 }
+                Ok::<_, FsError>(names)
+            };
+            match r.await {
+                Ok(names) => xattr_reply(reply, size, &names),
                 Err(e) => reply.error(errno(&e)),
             }
         });
+    }
+
+    /// `removexattr user.parcache.KEY` returns the file to the default policy.
+    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = xattr_name(name) else {
+            return reply.error(ENODATA);
+        };
+        let fs = self.fs.clone();
+        match name.strip_prefix(XATTR_PREFIX).map(str::to_string) {
+            Some(key) => self.done(
+                async move { fs.unset_policy_handle(ino, &key).await.map(|_| ()) },
+                reply,
+            ),
+            None => self.done(async move { fs.remove_xattr(ino, &name).await }, reply),
+        }
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
@@ -670,23 +849,17 @@ impl Filesystem for Mount {
 /// `…stripe_unit`, `…stripe_width`.
 pub const XATTR_PREFIX: &str = "user.parcache.";
 
-/// A file's policies as attribute values: its own settings, and the
-/// defaults of the cache policies it does not set.
-async fn policy_values(fs: &Fs, ino: u64) -> Result<Vec<(String, String)>, FsError> {
-    let mut set = fs.get_policy_handle(ino).await?;
-    let d = FilePolicies::default();
-    for (k, v) in [
-        ("write", d.write.to_string()),
-        ("replacement", d.replacement.to_string()),
-        ("prefetch", d.prefetch.to_string()),
-        ("consistency", d.consistency.to_string()),
-    ] {
-        if !set.iter().any(|(key, _)| key == k) {
-            set.push((k.to_string(), v));
-        }
-    }
-    set.sort();
-    Ok(set)
+const ENOTSUP: i32 = 95;
+const ENODATA: i32 = 61;
+
+/// An extended attribute's name, if it is one this mount stores (text).
+fn xattr_name(name: &OsStr) -> Option<String> {
+    name.to_str().map(str::to_string)
+}
+
+/// A file's effective policies: (key, value, where it comes from).
+async fn policy_values(fs: &Fs, ino: u64) -> Result<Vec<(String, String, &'static str)>, FsError> {
+    fs.effective_policies(ino).await
 }
 
 /// Answers a getxattr or listxattr: the size when asked for it (0), the

@@ -15,6 +15,28 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
+    /// Special files: kept as metadata only (the kernel serves them), never
+    /// through the data path.
+    Fifo,
+    CharDevice,
+    BlockDevice,
+    Socket,
+}
+
+/// A file name: any bytes but `/` and NUL, at most 255 of them (names are
+/// bytes, not text, as on every POSIX file system).
+pub type Name = Vec<u8>;
+
+/// Longest file name, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// A name as people read it: itself when it is printable UTF-8, else with
+/// the odd bytes escaped (`bad\xff`).
+pub fn show_name(name: &[u8]) -> String {
+    match std::str::from_utf8(name) {
+        Ok(s) if !s.chars().any(char::is_control) => s.to_string(),
+        _ => name.escape_ascii().to_string(),
+    }
 }
 
 /// Seconds and nanoseconds since the Unix epoch.
@@ -48,11 +70,13 @@ pub struct Attr {
     /// Incremented by every change of content or size (close-to-open checks).
     pub version: u64,
     pub layout: Option<Layout>,
+    /// Device number of a character or block device (0 otherwise).
+    pub rdev: u32,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
-    pub name: String,
+    pub name: Name,
     pub handle: Handle,
     pub kind: FileKind,
 }
@@ -73,7 +97,7 @@ pub enum Request {
     // --- metadata server ---
     Lookup {
         parent: Handle,
-        name: String,
+        name: Name,
     },
     GetAttr {
         handle: Handle,
@@ -84,36 +108,39 @@ pub enum Request {
     },
     Create {
         parent: Handle,
-        name: String,
+        name: Name,
         mode: u32,
         exclusive: bool,
     },
     Mkdir {
         parent: Handle,
-        name: String,
+        name: Name,
         mode: u32,
     },
+    /// A page of a directory's entries, in name order, after `after`
+    /// (from the start if `None`); answered with `Entries`.
     ReadDir {
         handle: Handle,
+        after: Option<Name>,
     },
     Unlink {
         parent: Handle,
-        name: String,
+        name: Name,
     },
     Rmdir {
         parent: Handle,
-        name: String,
+        name: Name,
     },
     Rename {
         parent: Handle,
-        name: String,
+        name: Name,
         new_parent: Handle,
-        new_name: String,
+        new_name: Name,
     },
     Symlink {
         parent: Handle,
-        name: String,
-        target: String,
+        name: Name,
+        target: Vec<u8>,
     },
     ReadLink {
         handle: Handle,
@@ -121,7 +148,7 @@ pub enum Request {
     Link {
         handle: Handle,
         new_parent: Handle,
-        new_name: String,
+        new_name: Name,
     },
     StatFs,
     SetPolicy {
@@ -198,6 +225,44 @@ pub enum Request {
     },
     /// Counters and capacity.
     Stats,
+    /// Make a special file (fifo, device, socket) as metadata.
+    Mknod {
+        parent: Handle,
+        name: Name,
+        mode: u32,
+        kind: FileKind,
+        rdev: u32,
+    },
+    /// Set extended attribute `name` to the payload. `flags`: 1 create
+    /// only (EEXIST if set), 2 replace only (ENODATA if not set).
+    SetXattr {
+        handle: Handle,
+        name: String,
+        flags: u32,
+    },
+    /// An extended attribute's value, as the payload of `Data`.
+    GetXattr {
+        handle: Handle,
+        name: String,
+    },
+    /// The names of the file's extended attributes (`Names`).
+    ListXattr {
+        handle: Handle,
+    },
+    RemoveXattr {
+        handle: Handle,
+        name: String,
+    },
+    /// Remove a policy setting of a file or directory (it falls back to
+    /// the default); answered with `Policies`.
+    UnsetPolicy {
+        handle: Handle,
+        key: String,
+    },
+    /// The file's policy settings with where each came from (`Origins`).
+    ExplainPolicy {
+        handle: Handle,
+    },
     /// Which cluster this data server belongs to and its index there.
     Identity,
     /// Become data server `index` of `cluster` (the metadata server's first
@@ -229,8 +294,16 @@ pub struct ServerStats {
 pub enum Response {
     Ok,
     Attr(Attr),
-    Entries(Vec<DirEntry>),
-    Target(String),
+    /// A page of entries; `more` when the directory goes on after it.
+    Entries {
+        entries: Vec<DirEntry>,
+        more: bool,
+    },
+    Target(Vec<u8>),
+    Names(Vec<String>),
+    /// Policy settings: (key, value, whether it was inherited from the
+    /// directory at create rather than set on the file itself).
+    Origins(Vec<(String, String, bool)>),
     /// Read data follows as payload; `len` may be short at end of file.
     Data {
         len: u64,
@@ -307,6 +380,10 @@ pub enum ErrorCode {
     BadRequest,
     NameTooLong,
     Loop,
+    /// No such extended attribute.
+    NoData,
+    /// Not supported (an extended attribute namespace, a fallocate mode).
+    NotSupported,
 }
 
 impl ErrorCode {
@@ -324,6 +401,8 @@ impl ErrorCode {
             ErrorCode::Io => 5,
             ErrorCode::NameTooLong => 36,
             ErrorCode::Loop => 40,
+            ErrorCode::NoData => 61,
+            ErrorCode::NotSupported => 95,
         }
     }
 
@@ -340,6 +419,8 @@ impl ErrorCode {
             ErrorCode::NoSpace,
             ErrorCode::NameTooLong,
             ErrorCode::Loop,
+            ErrorCode::NoData,
+            ErrorCode::NotSupported,
         ]
         .into_iter()
         .find(|c| c.errno() == errno)
@@ -363,6 +444,10 @@ impl Request {
             Lookup { .. }
                 | GetAttr { .. }
                 | ReadDir { .. }
+                | GetXattr { .. }
+                | ListXattr { .. }
+                | ExplainPolicy { .. }
+                | UnsetPolicy { .. }
                 | ReadLink { .. }
                 | StatFs
                 | GetPolicy { .. }

@@ -36,7 +36,27 @@ pub fn lock_dir(dir: &std::path::Path, what: &str) -> std::io::Result<std::fs::F
         .truncate(false)
         .write(true)
         .open(&path)?;
-    match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+    // A predecessor killed a moment ago may still be exiting (in the middle
+    // of an fsync, say): give it a few seconds to let go.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            r => break lock_result(r, f, dir, &path, what),
+        }
+    }
+}
+
+fn lock_result(
+    r: rustix::io::Result<()>,
+    f: std::fs::File,
+    dir: &std::path::Path,
+    path: &std::path::Path,
+    what: &str,
+) -> std::io::Result<std::fs::File> {
+    match r {
         Ok(()) => Ok(f),
         Err(rustix::io::Errno::WOULDBLOCK) => Err(std::io::Error::new(
             std::io::ErrorKind::AddrInUse,

@@ -17,8 +17,8 @@ use parcache_core::consistency::sprite::{Callback as CoreCallback, SpriteServer}
 use parcache_core::{ConsistencyKind, PrefetchKind, ReplacementKind, WritePolicyKind};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{
-    serve, Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout, Request,
-    Response, Secret, SetAttr, Timestamp, ROOT,
+    serve, show_name, Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout,
+    Request, Response, Secret, SetAttr, Timestamp, NAME_MAX, ROOT,
 };
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -34,11 +34,20 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Notify};
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
-const DIRENTS: TableDefinition<(u64, &str), u64> = TableDefinition::new("dirents");
+/// (directory, name) → handle; names are bytes.
+const DIRENTS: TableDefinition<(u64, &[u8]), u64> = TableDefinition::new("dirents_b");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The cluster's id ("cluster") and its data servers' addresses in order
 /// ("iods", postcard), recorded at the first start.
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
+
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
+const XATTR_VALUE_MAX: usize = 64 << 10;
+/// Most extended attributes on one file (they live in its inode record).
+const XATTRS_MAX: usize = 64;
+
+/// Bytes of names (and their overhead) in one page of a directory listing.
+const READDIR_PAGE_BYTES: usize = 32 << 10;
 
 /// Changes reach the disk at most this long after they were made (sooner
 /// when a client syncs).
@@ -62,8 +71,13 @@ struct Inode {
     attr: Attr,
     /// Directories: the parent (for `..` and rename loops).
     parent: Handle,
-    target: Option<String>,
+    target: Option<Vec<u8>>,
     policies: Vec<(String, String)>,
+    /// Keys of `policies` copied from the directory at create (not set on
+    /// the file itself: not listed as extended attributes).
+    inherited: Vec<String>,
+    /// Extended attributes (`user.*`), by name.
+    xattrs: Vec<(String, Vec<u8>)>,
 }
 
 type Fail = (ErrorCode, String);
@@ -83,15 +97,27 @@ fn now() -> Timestamp {
     }
 }
 
-fn check_name(name: &str) -> R<()> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err((ErrorCode::Invalid, format!("'{name}' is not a valid file name")));
-    }
-    if name.len() > 255 {
+fn check_name(name: &[u8]) -> R<()> {
+    if name.len() > NAME_MAX {
         return Err((
             ErrorCode::NameTooLong,
-            format!("file name of {} bytes is over 255", name.len()),
+            format!("file name of {} bytes is over {NAME_MAX}", name.len()),
         ));
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err((
+            ErrorCode::Invalid,
+            format!("'{}' is not a valid file name", show_name(name)),
+        ));
+    }
+    Ok(())
+}
+
+/// A name's length is checked in every request that carries one, so a
+/// long name answers ENAMETOOLONG, never ENOENT.
+fn check_len(name: &[u8]) -> R<()> {
+    if name.len() > NAME_MAX {
+        return check_name(name);
     }
     Ok(())
 }
@@ -187,7 +213,7 @@ fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
     postcard::from_bytes(v.value()).map_err(db_err)
 }
 
-fn entry_in(t: &impl ReadableTable<(u64, &'static str), u64>, parent: Handle, name: &str) -> R<Option<Handle>> {
+fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, name: &[u8]) -> R<Option<Handle>> {
     Ok(t.get((parent, name)).map_err(db_err)?.map(|v| v.value()))
 }
 
@@ -215,25 +241,29 @@ impl Tx {
         t.remove(h).map_err(db_err)?;
         Ok(())
     }
-    fn entry(&self, parent: Handle, name: &str) -> R<Option<Handle>> {
+    fn entry(&self, parent: Handle, name: &[u8]) -> R<Option<Handle>> {
         match &self.tx {
             TxKind::W(tx) => entry_in(&tx.open_table(DIRENTS).map_err(db_err)?, parent, name),
             TxKind::R(tx) => entry_in(&tx.open_table(DIRENTS).map_err(db_err)?, parent, name),
         }
     }
-    fn link(&self, parent: Handle, name: &str, h: Handle) -> R<()> {
+    fn link(&self, parent: Handle, name: &[u8], h: Handle) -> R<()> {
         let mut t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
         t.insert((parent, name), h).map_err(db_err)?;
         Ok(())
     }
-    fn unlink(&self, parent: Handle, name: &str) -> R<()> {
+    fn unlink(&self, parent: Handle, name: &[u8]) -> R<()> {
         let mut t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
         t.remove((parent, name)).map_err(db_err)?;
         Ok(())
     }
     fn is_empty_dir(&self, h: Handle) -> R<bool> {
         let t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
-        let empty = t.range((h, "")..(h + 1, "")).map_err(db_err)?.next().is_none();
+        let empty = t
+            .range((h, &b""[..])..(h + 1, &b""[..]))
+            .map_err(db_err)?
+            .next()
+            .is_none();
         Ok(empty)
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
@@ -306,10 +336,13 @@ impl Mds {
                         ctime: t,
                         version: 1,
                         layout: None,
+                        rdev: 0,
                     },
                     parent: ROOT,
                     target: None,
                     policies: vec![],
+                    inherited: vec![],
+                    xattrs: vec![],
                 })?;
                 tx.counter("next_handle", ROOT + 1)?;
             }
@@ -344,6 +377,56 @@ impl Mds {
             tx: TxKind::R(self.db.begin_read().map_err(db_err)?),
         };
         f(&tx)
+    }
+
+    /// Sets an extended attribute (`flags`: 1 create only, 2 replace only).
+    fn set_xattr(&self, handle: Handle, name: String, flags: u32, value: &[u8]) -> R<Response> {
+        if !name.starts_with("user.") {
+            return Err((
+                ErrorCode::NotSupported,
+                format!("extended attribute '{name}': only the user.* namespace is stored"),
+            ));
+        }
+        if value.len() > XATTR_VALUE_MAX {
+            return Err((
+                ErrorCode::NoSpace,
+                format!(
+                    "extended attribute '{name}': {} bytes is over {XATTR_VALUE_MAX}",
+                    value.len()
+                ),
+            ));
+        }
+        self.write(|tx| {
+            let mut i = tx.get(handle)?;
+            let at = i.xattrs.iter().position(|(k, _)| *k == name);
+            match (at, flags & 3) {
+                (Some(_), 1) => return Err((ErrorCode::Exists, format!("extended attribute '{name}' exists"))),
+                (None, 2) => return Err((ErrorCode::NoData, format!("no extended attribute '{name}'"))),
+                (Some(k), _) => i.xattrs[k].1 = value.to_vec(),
+                (None, _) => {
+                    if i.xattrs.len() >= XATTRS_MAX {
+                        return Err((
+                            ErrorCode::NoSpace,
+                            format!("a file holds at most {XATTRS_MAX} extended attributes"),
+                        ));
+                    }
+                    i.xattrs.push((name, value.to_vec()))
+                }
+            }
+            i.attr.ctime = now();
+            tx.put(&i)?;
+            Ok(Response::Ok)
+        })
+    }
+
+    fn get_xattr(&self, handle: Handle, name: &str) -> R<Vec<u8>> {
+        let rtx = self.db.begin_read().map_err(db_err)?;
+        let i = inode_in(&rtx.open_table(INODES).map_err(db_err)?, handle)?;
+        i.xattrs
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .ok_or((ErrorCode::NoData, format!("no extended attribute '{name}'")))
     }
 
     /// Makes every change committed so far durable (one fsync).
@@ -385,27 +468,33 @@ impl Mds {
         tx.commit().map_err(db_err)
     }
 
-    fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<String>) -> R<Inode> {
+    /// A new file's layout under `policies` (stripe unit and width): the
+    /// data servers in round-robin order, the first rotating file to file.
+    fn layout(&self, tx: &Tx, policies: &[(String, String)]) -> R<Option<Layout>> {
+        if self.iods.is_empty() {
+            return Err((ErrorCode::Io, "no data servers are configured".into()));
+        }
+        let policy = |k: &str| policies.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let n = self.iods.len() as u32;
+        let unit = policy("stripe_unit")
+            .and_then(|v| parse_size(&v))
+            .unwrap_or(DEFAULT_STRIPE_UNIT);
+        let width = policy("stripe_width")
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(n)
+            .clamp(1, n);
+        let first = (tx.counter("next_server", 0)? % n as u64) as u32;
+        Ok(Some(Layout {
+            stripe_unit: unit,
+            servers: (0..width).map(|i| (first + i) % n).collect(),
+        }))
+    }
+
+    fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<Vec<u8>>) -> R<Inode> {
         let handle = tx.counter("next_handle", ROOT + 1)?;
         let t = now();
-        let policy = |k: &str| parent.policies.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
         let layout = if kind == FileKind::File {
-            if self.iods.is_empty() {
-                return Err((ErrorCode::Io, "no data servers are configured".into()));
-            }
-            let n = self.iods.len() as u32;
-            let unit = policy("stripe_unit")
-                .and_then(|v| parse_size(&v))
-                .unwrap_or(DEFAULT_STRIPE_UNIT);
-            let width = policy("stripe_width")
-                .and_then(|v| v.parse::<u32>().ok())
-                .unwrap_or(n)
-                .clamp(1, n);
-            let first = (tx.counter("next_server", 0)? % n as u64) as u32;
-            Some(Layout {
-                stripe_unit: unit,
-                servers: (0..width).map(|i| (first + i) % n).collect(),
-            })
+            self.layout(tx, &parent.policies)?
         } else {
             None
         };
@@ -424,10 +513,13 @@ impl Mds {
                 ctime: t,
                 version: 1,
                 layout,
+                rdev: 0,
             },
             parent: parent.attr.handle,
             target,
             policies: parent.policies.clone(),
+            inherited: parent.policies.iter().map(|(k, _)| k.clone()).collect(),
+            xattrs: vec![],
         })
     }
 
@@ -435,13 +527,14 @@ impl Mds {
         match req {
             Request::Sync => self.sync(),
             Request::Lookup { parent, name } => self.read(|tx| {
+                check_len(&name)?;
                 tx.dir(parent)?;
-                let h = match name.as_str() {
-                    "." => parent,
-                    ".." => tx.get(parent)?.parent,
+                let h = match &name[..] {
+                    b"." => parent,
+                    b".." => tx.get(parent)?.parent,
                     _ => tx
                         .entry(parent, &name)?
-                        .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?,
+                        .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?,
                 };
                 Ok(Response::Attr(tx.get(h)?.attr))
             }),
@@ -463,10 +556,10 @@ impl Mds {
                 if let Some(h) = tx.entry(parent, &name)? {
                     let i = tx.get(h)?;
                     if exclusive {
-                        return Err((ErrorCode::Exists, format!("'{name}' exists")));
+                        return Err((ErrorCode::Exists, format!("'{}' exists", show_name(&name))));
                     }
                     if i.attr.kind == FileKind::Dir {
-                        return Err((ErrorCode::IsDir, format!("'{name}' is a directory")));
+                        return Err((ErrorCode::IsDir, format!("'{}' is a directory", show_name(&name))));
                     }
                     return Ok(Response::Created {
                         attr: i.attr,
@@ -486,7 +579,7 @@ impl Mds {
                 check_name(&name)?;
                 let mut p = tx.dir(parent)?;
                 if tx.entry(parent, &name)?.is_some() {
-                    return Err((ErrorCode::Exists, format!("'{name}' exists")));
+                    return Err((ErrorCode::Exists, format!("'{}' exists", show_name(&name))));
                 }
                 let i = self.new_inode(tx, &p, FileKind::Dir, mode, None)?;
                 tx.put(&i)?;
@@ -498,7 +591,7 @@ impl Mds {
                 check_name(&name)?;
                 let mut p = tx.dir(parent)?;
                 if tx.entry(parent, &name)?.is_some() {
-                    return Err((ErrorCode::Exists, format!("'{name}' exists")));
+                    return Err((ErrorCode::Exists, format!("'{}' exists", show_name(&name))));
                 }
                 let i = self.new_inode(tx, &p, FileKind::Symlink, 0o777, Some(target))?;
                 tx.put(&i)?;
@@ -524,7 +617,7 @@ impl Mds {
                     return Err((ErrorCode::Access, "hard links to directories are not allowed".into()));
                 }
                 if tx.entry(new_parent, &new_name)?.is_some() {
-                    return Err((ErrorCode::Exists, format!("'{new_name}' exists")));
+                    return Err((ErrorCode::Exists, format!("'{}' exists", show_name(&new_name))));
                 }
                 i.attr.nlink += 1;
                 i.attr.ctime = now();
@@ -533,7 +626,7 @@ impl Mds {
                 tx.touch_dir(&mut p, 0)?;
                 Ok(Response::Attr(i.attr))
             }),
-            Request::ReadDir { handle } => {
+            Request::ReadDir { handle, after } => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let inodes = rtx.open_table(INODES).map_err(db_err)?;
                 let v = inodes
@@ -545,30 +638,46 @@ impl Mds {
                     return Err((ErrorCode::NotDir, format!("handle {handle} is not a directory")));
                 }
                 let dirents = rtx.open_table(DIRENTS).map_err(db_err)?;
-                let mut out = vec![];
-                for e in dirents.range((handle, "")..(handle + 1, "")).map_err(db_err)? {
+                let start = after.as_deref().unwrap_or(b"");
+                let range = dirents.range((handle, start)..(handle + 1, &b""[..])).map_err(db_err)?;
+                // A page fits well inside one frame's header, whatever the names.
+                let (mut out, mut bytes, mut more) = (vec![], 0usize, false);
+                for e in range {
                     let (k, v) = e.map_err(db_err)?;
+                    let name = k.value().1;
+                    if after.as_deref() == Some(name) {
+                        continue;
+                    }
+                    if bytes + name.len() > READDIR_PAGE_BYTES {
+                        more = true;
+                        break;
+                    }
                     let h = v.value();
                     let kind = match inodes.get(h).map_err(db_err)? {
                         Some(b) => postcard::from_bytes::<Inode>(b.value()).map_err(db_err)?.attr.kind,
                         None => continue,
                     };
+                    bytes += name.len() + 16;
                     out.push(DirEntry {
-                        name: k.value().1.to_string(),
+                        name: name.to_vec(),
                         handle: h,
                         kind,
                     });
                 }
-                Ok(Response::Entries(out))
+                Ok(Response::Entries { entries: out, more })
             }
             Request::Unlink { parent, name } => self.write(|tx| {
+                check_len(&name)?;
                 let mut p = tx.dir(parent)?;
                 let h = tx
                     .entry(parent, &name)?
-                    .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+                    .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?;
                 let i = tx.get(h)?;
                 if i.attr.kind == FileKind::Dir {
-                    return Err((ErrorCode::IsDir, format!("'{name}' is a directory (use rmdir)")));
+                    return Err((
+                        ErrorCode::IsDir,
+                        format!("'{}' is a directory (use rmdir)", show_name(&name)),
+                    ));
                 }
                 tx.unlink(parent, &name)?;
                 tx.touch_dir(&mut p, 0)?;
@@ -578,13 +687,17 @@ impl Mds {
                 })
             }),
             Request::Rmdir { parent, name } => self.write(|tx| {
+                check_len(&name)?;
                 let mut p = tx.dir(parent)?;
                 let h = tx
                     .entry(parent, &name)?
-                    .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+                    .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?;
                 let i = tx.dir(h)?;
                 if !tx.is_empty_dir(h)? {
-                    return Err((ErrorCode::NotEmpty, format!("directory '{name}' is not empty")));
+                    return Err((
+                        ErrorCode::NotEmpty,
+                        format!("directory '{}' is not empty", show_name(&name)),
+                    ));
                 }
                 tx.unlink(parent, &name)?;
                 tx.delete(i.attr.handle)?;
@@ -612,14 +725,96 @@ impl Mds {
             Request::SetPolicy { handle, key, value } => self.write(|tx| {
                 let value = check_policy(&key, &value)?;
                 let mut i = tx.get(handle)?;
+                if key.starts_with("stripe_") && i.attr.kind == FileKind::File {
+                    if i.attr.size > 0 {
+                        return Err((
+                            ErrorCode::Invalid,
+                            format!(
+                                "{key} applies to new files: this file already has data laid out \
+                                 (set it on the directory, then copy the file)"
+                            ),
+                        ));
+                    }
+                    // An empty file is laid out anew.
+                    let mut with = i.clone();
+                    with.policies.retain(|(k, _)| *k != key);
+                    with.policies.push((key.clone(), value.clone()));
+                    i.attr.layout = self.layout(tx, &with.policies)?;
+                    i.attr.version += 1;
+                }
                 i.policies.retain(|(k, _)| *k != key);
+                i.inherited.retain(|k| *k != key);
                 i.policies.push((key, value));
                 i.policies.sort();
                 i.attr.ctime = now();
                 tx.put(&i)?;
                 Ok(Response::Policies(i.policies))
             }),
+            Request::UnsetPolicy { handle, key } => self.write(|tx| {
+                let mut i = tx.get(handle)?;
+                if key.starts_with("stripe_") && i.attr.kind == FileKind::File {
+                    return Err((
+                        ErrorCode::Invalid,
+                        format!("{key} applies to new files: a file's layout stays as it was made"),
+                    ));
+                }
+                if !i.policies.iter().any(|(k, _)| *k == key) {
+                    return Err((ErrorCode::NoData, format!("no policy '{key}' is set here")));
+                }
+                i.policies.retain(|(k, _)| *k != key);
+                i.inherited.retain(|k| *k != key);
+                i.attr.ctime = now();
+                tx.put(&i)?;
+                Ok(Response::Policies(i.policies))
+            }),
             Request::GetPolicy { handle } => self.read(|tx| Ok(Response::Policies(tx.get(handle)?.policies))),
+            Request::ExplainPolicy { handle } => self.read(|tx| {
+                let i = tx.get(handle)?;
+                Ok(Response::Origins(
+                    i.policies
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone(), i.inherited.contains(k)))
+                        .collect(),
+                ))
+            }),
+            Request::Mknod {
+                parent,
+                name,
+                mode,
+                kind,
+                rdev,
+            } => self.write(|tx| {
+                check_name(&name)?;
+                if matches!(kind, FileKind::File | FileKind::Dir | FileKind::Symlink) {
+                    return Err((ErrorCode::Invalid, format!("mknod makes special files, not {kind:?}")));
+                }
+                let mut p = tx.dir(parent)?;
+                if tx.entry(parent, &name)?.is_some() {
+                    return Err((ErrorCode::Exists, format!("'{}' exists", show_name(&name))));
+                }
+                let mut i = self.new_inode(tx, &p, kind, mode, None)?;
+                i.attr.rdev = rdev;
+                tx.put(&i)?;
+                tx.link(parent, &name, i.attr.handle)?;
+                tx.touch_dir(&mut p, 0)?;
+                Ok(Response::Attr(i.attr))
+            }),
+            Request::ListXattr { handle } => self.read(|tx| {
+                Ok(Response::Names(
+                    tx.get(handle)?.xattrs.into_iter().map(|(k, _)| k).collect(),
+                ))
+            }),
+            Request::RemoveXattr { handle, name } => self.write(|tx| {
+                let mut i = tx.get(handle)?;
+                let before = i.xattrs.len();
+                i.xattrs.retain(|(k, _)| *k != name);
+                if i.xattrs.len() == before {
+                    return Err((ErrorCode::NoData, format!("no extended attribute '{name}'")));
+                }
+                i.attr.ctime = now();
+                tx.put(&i)?;
+                Ok(Response::Ok)
+            }),
             Request::Written { handle, size } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
                 let t = now();
@@ -649,13 +844,14 @@ impl Mds {
         }
     }
 
-    fn rename(&self, tx: &Tx, parent: Handle, name: &str, new_parent: Handle, new_name: &str) -> R<Response> {
+    fn rename(&self, tx: &Tx, parent: Handle, name: &[u8], new_parent: Handle, new_name: &[u8]) -> R<Response> {
+        check_len(name)?;
         check_name(new_name)?;
         let mut src_dir = tx.dir(parent)?;
         tx.dir(new_parent)?;
         let h = tx
             .entry(parent, name)?
-            .ok_or((ErrorCode::NotFound, format!("'{name}' not found")))?;
+            .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?;
         let mut src = tx.get(h)?;
         let is_dir = src.attr.kind == FileKind::Dir;
         if is_dir {
@@ -663,7 +859,10 @@ impl Mds {
             let mut p = new_parent;
             loop {
                 if p == h {
-                    return Err((ErrorCode::Invalid, format!("cannot move '{name}' into itself")));
+                    return Err((
+                        ErrorCode::Invalid,
+                        format!("cannot move '{}' into itself", show_name(name)),
+                    ));
                 }
                 if p == ROOT {
                     break;
@@ -678,10 +877,18 @@ impl Mds {
             }
             let target = tx.get(t)?;
             match (is_dir, target.attr.kind == FileKind::Dir) {
-                (true, false) => return Err((ErrorCode::NotDir, format!("'{new_name}' is not a directory"))),
-                (false, true) => return Err((ErrorCode::IsDir, format!("'{new_name}' is a directory"))),
+                (true, false) => {
+                    return Err((
+                        ErrorCode::NotDir,
+                        format!("'{}' is not a directory", show_name(new_name)),
+                    ))
+                }
+                (false, true) => return Err((ErrorCode::IsDir, format!("'{}' is a directory", show_name(new_name)))),
                 (true, true) if !tx.is_empty_dir(t)? => {
-                    return Err((ErrorCode::NotEmpty, format!("directory '{new_name}' is not empty")))
+                    return Err((
+                        ErrorCode::NotEmpty,
+                        format!("directory '{}' is not empty", show_name(new_name)),
+                    ))
                 }
                 _ => {}
             }
@@ -788,7 +995,7 @@ impl MdsHandler {
 }
 
 impl Handler for MdsHandler {
-    async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+    async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         tracing::debug!("request {req:?}");
         let resp = match req {
             Request::Shutdown => {
@@ -804,6 +1011,16 @@ impl Handler for MdsHandler {
             Request::CalledBack { node, id } => {
                 self.2.called_back(node, id);
                 Response::Ok
+            }
+            Request::SetXattr { handle, name, flags } => self
+                .0
+                .set_xattr(handle, name, flags, &data)
+                .unwrap_or_else(|(code, msg)| Response::error(code, msg)),
+            Request::GetXattr { handle, name } => {
+                return match self.0.get_xattr(handle, &name) {
+                    Ok(v) => (Response::Data { len: v.len() as u64 }, Bytes::from(v)),
+                    Err((code, msg)) => (Response::error(code, msg), Bytes::new()),
+                }
             }
             req => self.op(req).await,
         };

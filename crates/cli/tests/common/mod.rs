@@ -63,7 +63,7 @@ impl Cluster {
     pub fn kill9(&self, pid: u32) {
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         // Wait until it is gone (or a zombie of an exited parent).
-        for _ in 0..200 {
+        for _ in 0..2000 {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             if stat.is_empty() || stat.contains(") Z ") {
                 return;
