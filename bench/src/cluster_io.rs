@@ -110,13 +110,11 @@ fn main() -> Result<()> {
     let random = 20_000;
     let dir = std::env::temp_dir().join(format!("parcache-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    let threads = parcache_bench::ThreadWatch::start();
     let cluster = BenchCluster::start(&dir, 4)?;
     let (mds_addr, secret) = (cluster.mds_addr.clone(), cluster.secret.clone());
 
-    let client = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let client = parcache_server::runtime()?;
     let tcp = client.block_on(loopback_tcp(total))?;
     let mem = memcpy(total);
     let (lw, lr, liops) = local_dir(&dir, total, random)?;
@@ -219,6 +217,10 @@ fn main() -> Result<()> {
         "parcache, 1 in flight:  write+fsync {cw:.2} GB/s, cold read {cr:.2} GB/s, random 4 KiB {ciops:.0} reads/s"
     );
     println!("parcache, 8 in flight:  write {cw8:.2} GB/s, read {cr8:.2} GB/s");
+    println!(
+        "threads: at most {} in this process (all 5 daemons and the client together; aim: no daemon above 64)",
+        threads.most()
+    );
     println!(
         "ratio write / loopback TCP:  {:.2} (1 in flight)  {:.2} (8 in flight)   target 0.60",
         cw / tcp,

@@ -19,10 +19,7 @@ impl BenchCluster {
     /// Starts the servers with their data under `dir`.
     pub fn start(dir: &Path, iods: usize) -> Result<BenchCluster> {
         let secret = Secret::generate();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
+        let rt = parcache_server::runtime()?;
         let mut iod_addrs = vec![];
         for i in 0..iods {
             let mut cfg = iod::IodConfig::new(dir.join(format!("iod-{i}")), "127.0.0.1:0".parse()?, secret.clone());
@@ -45,6 +42,42 @@ impl BenchCluster {
             stop: m.stop,
             _rt: rt,
         })
+    }
+}
+
+/// Samples this process's thread count (every daemon of a bench cluster,
+/// and the client, run in it) until dropped; [`ThreadWatch::most`] is the
+/// highest count seen.
+pub struct ThreadWatch {
+    most: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ThreadWatch {
+    pub fn start() -> ThreadWatch {
+        use std::sync::atomic::Ordering;
+        let w = ThreadWatch {
+            most: Default::default(),
+            stop: Default::default(),
+        };
+        let (most, stop) = (w.most.clone(), w.stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                most.fetch_max(parcache_server::threads_now(), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        w
+    }
+
+    pub fn most(&self) -> u32 {
+        self.most.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for ThreadWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -119,10 +119,7 @@ struct ParcacheMount {
 impl ParcacheMount {
     fn new(c: &BenchCluster, at: &Path) -> Result<ParcacheMount> {
         std::fs::create_dir_all(at)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
+        let rt = parcache_server::runtime()?;
         let mut m = ParcacheMount {
             session: None,
             rt,
@@ -201,6 +198,7 @@ fn main() -> Result<()> {
     let bf = bf?;
     std::fs::remove_dir_all(&bsrc)?;
 
+    let threads = parcache_bench::ThreadWatch::start();
     let cluster = BenchCluster::start(&dir.join("cluster"), 4)?;
     let mut pm = ParcacheMount::new(&cluster, &dir.join("parcache"))?;
     let at = pm.at.clone();
@@ -237,6 +235,10 @@ fn main() -> Result<()> {
     println!("{:<10} {}", "/bindfs", ratio(pf, bf));
     println!("{:<10} {}", "/local", ratio(pf, lf));
     println!("targets: sequential write and read >= 0.80 of bindfs; small files >= 0.50 of bindfs");
+    println!(
+        "threads: at most {} in this process (all 5 daemons and the mount together; aim: no daemon above 64)",
+        threads.most()
+    );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

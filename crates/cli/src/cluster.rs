@@ -9,7 +9,7 @@
 use crate::mount::{self, MountState};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use parcache_proto::{Client, Request, Response, Secret};
+use parcache_proto::{Client, ConnError, Request, Response, Secret};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -70,11 +70,20 @@ pub fn read_cluster(dir: &Path) -> Result<ClusterFile> {
     serde_json::from_str(&s).with_context(|| format!("{} is damaged", p.display()))
 }
 
-/// Writes DIR/cluster.json whole (a temporary file renamed over it).
+/// Writes DIR/cluster.json whole: a temporary file renamed over it, or,
+/// on a disk too full for a second copy, in place.
 fn write_cluster(dir: &Path, c: &ClusterFile) -> Result<()> {
+    let text = serde_json::to_string_pretty(c)?;
     let tmp = dir.join("cluster.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(c)?).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, cluster_file(dir)).with_context(|| format!("writing {}", cluster_file(dir).display()))
+    let r = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, cluster_file(dir)));
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            let _ = std::fs::remove_file(&tmp);
+            std::fs::write(cluster_file(dir), &text)
+        }
+        r => r,
+    }
+    .with_context(|| format!("writing {}", cluster_file(dir).display()))
 }
 
 pub fn alive(pid: u32) -> bool {
@@ -365,6 +374,10 @@ pub fn down(a: DataArg) -> Result<()> {
             match tokio::time::timeout(ANSWER_WITHIN, ask).await {
                 Ok(Ok(Response::Error(e))) => problems.push(format!("{addr}: {}", e.message)),
                 Ok(Ok(_)) => {}
+                // Gone before its answer came: it stopped, as asked.
+                Ok(Err(e))
+                    if e.downcast_ref::<ConnError>()
+                        .is_some_and(|c| matches!(c, ConnError::Closed { .. })) => {}
                 Ok(Err(e)) => problems.push(format!("{addr}: {e:#}")),
                 Err(_) => problems.push(format!("{addr}: no answer within {ANSWER_WITHIN:?}")),
             }

@@ -117,22 +117,10 @@ pub fn logging() {
         .try_init();
 }
 
-/// Worker threads of any parcache process: the cores, at most 8.
-const MAX_WORKERS: usize = 8;
-/// Threads for blocking work (block store reads and writes, metadata
-/// commits): a fixed pool, so a burst of requests queues instead of
-/// growing a thread per request (tokio's default allows 512).
-const MAX_BLOCKING: usize = 16;
-
-/// The tokio runtime of every parcache process, with its threads bounded
-/// (workers + blocking pool + the log thread + main stay well under 64).
+/// The tokio runtime of every parcache process, its threads bounded
+/// (see [`parcache_server::runtime`]).
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores.clamp(1, MAX_WORKERS))
-        .max_blocking_threads(MAX_BLOCKING)
-        .enable_all()
-        .build()?)
+    Ok(parcache_server::runtime()?)
 }
 
 fn run_daemon(

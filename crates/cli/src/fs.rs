@@ -141,17 +141,18 @@ fn handle_on_mount(p: &std::path::Path) -> Option<u64> {
     let abs = p.canonicalize().ok()?;
     let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
     // The mount holding the path: the longest mount point it lies under.
-    let fstype = mounts
+    let (_, source, fstype) = mounts
         .lines()
         .filter_map(|l| {
             let mut f = l.split(' ');
-            let (_, at, ty) = (f.next()?, f.next()?, f.next()?);
+            let (source, at, ty) = (f.next()?, f.next()?, f.next()?);
             abs.starts_with(at.replace("\\040", " "))
-                .then(|| (at.len(), ty.to_string()))
+                .then(|| (at.len(), source.to_string(), ty.to_string()))
         })
-        .max()?
-        .1;
-    (fstype == "fuse.parcache").then_some(md.ino())
+        .max()?;
+    // A parcache mount: source "parcache", type "fuse" (or "fuse.parcache").
+    let ours = fstype == "fuse.parcache" || (source == "parcache" && fstype.starts_with("fuse"));
+    ours.then_some(md.ino())
 }
 
 /// Refuses to copy a file onto itself, as GNU cp does: opening the

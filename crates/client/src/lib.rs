@@ -589,6 +589,11 @@ impl Fs {
         Ok(())
     }
 
+    /// Makes every namespace change so far durable at the metadata server.
+    pub async fn sync_metadata(&self) -> Result<()> {
+        self.md("sync", Request::Sync).await.map(|_| ())
+    }
+
     /// Each pool of the node cache: its policies and counters.
     pub fn cache_stats(&self) -> Vec<(String, CacheStats)> {
         let pools = self.pools.lock();

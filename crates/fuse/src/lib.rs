@@ -12,7 +12,7 @@
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 use parcache_client::{Fs, FsError};
 use parcache_core::ConsistencyKind;
@@ -663,6 +663,79 @@ impl Filesystem for Mount {
             },
             reply,
         );
+    }
+
+    /// `SEEK_DATA` and `SEEK_HOLE` (cp asks them to copy sparse files): the
+    /// whole file is data, as on a file system that does not track holes.
+    fn lseek(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
+        const SEEK_DATA: i32 = 3;
+        const SEEK_HOLE: i32 = 4;
+        const ENXIO: i32 = 6;
+        if offset < 0 || !matches!(whence, SEEK_DATA | SEEK_HOLE) {
+            return reply.error(22);
+        }
+        let fs = self.fs.clone();
+        let attr = self.attr_of(ino);
+        self.run(async move {
+            let size = match attr.await {
+                Ok(a) => a.size.max(fs.local_size(ino).unwrap_or(0)),
+                Err(e) => return reply.error(errno(&e)),
+            };
+            match whence {
+                _ if offset as u64 >= size => reply.error(ENXIO),
+                SEEK_DATA => reply.offset(offset),
+                _ => reply.offset(size as i64),
+            }
+        });
+    }
+
+    /// `copy_file_range`: the bytes pass through this node's cache (up to
+    /// 16 MiB per call; callers loop on a short count).
+    fn copy_file_range(
+        &mut self,
+        _req: &Request<'_>,
+        ino_in: u64,
+        _fh_in: u64,
+        offset_in: i64,
+        ino_out: u64,
+        _fh_out: u64,
+        offset_out: i64,
+        len: u64,
+        _flags: u32,
+        reply: ReplyWrite,
+    ) {
+        const MOST: u64 = 16 << 20;
+        if offset_in < 0 || offset_out < 0 {
+            return reply.error(22);
+        }
+        let fs = self.fs.clone();
+        let (src, dst) = (self.attr_of(ino_in), self.attr_of(ino_out));
+        self.run(async move {
+            let r = async {
+                let (src, dst) = (src.await?, dst.await?);
+                let mut done = 0u64;
+                while done < len.min(MOST) {
+                    let piece = (len.min(MOST) - done).min(MAX_IO as u64);
+                    let d = fs.read_at(&src, offset_in as u64 + done, piece).await?;
+                    if d.is_empty() {
+                        break;
+                    }
+                    fs.write_at(&dst, offset_out as u64 + done, &d).await?;
+                    done += d.len() as u64;
+                }
+                Ok::<_, FsError>(done)
+            };
+            match r.await {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    /// `fsyncdir`: the metadata server commits durably.
+    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        self.done(async move { fs.sync_metadata().await }, reply);
     }
 
     /// No ioctls are served: answered ENOTTY at once, as a local file

@@ -377,7 +377,7 @@ impl Handler for IodHandler {
                 // when it fails (the log keeps everything then: nothing is
                 // lost, the next start replays it).
                 let r = iod.checkpoint().await;
-                let _ = self.1.send(true);
+                crate::stop_soon(&self.1);
                 match r {
                     Ok(()) => Response::Ok,
                     Err(e) => io_reply("checkpoint at shutdown (the write log keeps the data)", e),

@@ -70,6 +70,45 @@ fn lock_result(
     }
 }
 
+/// Worker threads of any parcache process: the cores, at most 8.
+pub const MAX_WORKERS: usize = 8;
+/// Threads for blocking work (block store reads and writes, metadata
+/// commits): a fixed pool, so a burst of requests queues instead of
+/// growing a thread per request (tokio's default allows 512).
+pub const MAX_BLOCKING: usize = 16;
+
+/// The tokio runtime of every parcache process (daemons, mounts, commands,
+/// benchmarks), its threads bounded: workers + blocking pool + a log thread
+/// + main stay well under 64.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores.clamp(1, MAX_WORKERS))
+        .max_blocking_threads(MAX_BLOCKING)
+        .enable_all()
+        .build()
+}
+
+/// Threads of this process now (from /proc/self/status; 0 if unknown).
+pub fn threads_now() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Stops a daemon a moment from now, so the reply to the `Shutdown` that
+/// asked for it reaches the asker first.
+pub fn stop_soon(stop: &Arc<watch::Sender<bool>>) {
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let _ = stop.send(true);
+    });
+}
+
 /// A random 64-bit number from the OS (cluster ids).
 pub fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};

@@ -999,7 +999,7 @@ impl Handler for MdsHandler {
         tracing::debug!("request {req:?}");
         let resp = match req {
             Request::Shutdown => {
-                let _ = self.1.send(true);
+                crate::stop_soon(&self.1);
                 Response::Ok
             }
             Request::Open { handle, node, write } => self.open(handle, node, write).await,
