@@ -851,7 +851,7 @@ impl Mds {
         tx.dir(new_parent)?;
         let h = tx
             .entry(parent, name)?
-            .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?;
+            .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(name))))?;
         let mut src = tx.get(h)?;
         let is_dir = src.attr.kind == FileKind::Dir;
         if is_dir {
