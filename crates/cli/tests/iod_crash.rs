@@ -66,6 +66,7 @@ async fn check_all(c: &Client, acked: &Acked) {
                     handle: h,
                     offset: off,
                     len: data.len() as u64,
+                    need: off + data.len() as u64,
                 },
                 &[],
             )
@@ -228,7 +229,19 @@ async fn put(c: &Client, handle: u64, offset: u64, data: &[u8]) {
 }
 
 async fn get(c: &Client, handle: u64, offset: u64, len: u64) -> Vec<u8> {
-    match c.call(&Request::Read { handle, offset, len }, &[]).await.unwrap() {
+    match c
+        .call(
+            &Request::Read {
+                handle,
+                offset,
+                len,
+                need: 0,
+            },
+            &[],
+        )
+        .await
+        .unwrap()
+    {
         (Response::Data { .. }, d) => d.to_vec(),
         other => panic!("{other:?}"),
     }
@@ -318,6 +331,7 @@ async fn random_and_mutated_frames_against_the_real_server() {
                 handle,
                 offset: big(&mut rng),
                 len: big(&mut rng),
+                need: big(&mut rng),
             },
             2 => Request::Truncate {
                 handle: handle.max(2),

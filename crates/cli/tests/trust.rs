@@ -135,6 +135,49 @@ fn a_second_daemon_on_one_directory_is_refused() {
     assert_eq!(cat(&c, "f"), b"kept");
 }
 
+/// Issue 9.2: a stripe missing from a data server's store is an error,
+/// never zeros; holes (sparse files, truncate up) still read as zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_stripe_is_an_error_and_holes_are_zeros() {
+    let c = Cluster::up("trust-missing", 3);
+    let fs = c.fs().await;
+    // Sparse: one byte at the start, one 3 MiB in; a file cut up to 5 MiB.
+    let a = fs.create("/sparse", 0o644, true).await.unwrap();
+    fs.write_at(&a, 0, b"a").await.unwrap();
+    fs.write_at(&a, 3 << 20, b"b").await.unwrap();
+    fs.fsync(&a).await.unwrap();
+    let t = fs.create("/cut", 0o644, true).await.unwrap();
+    fs.write_at(&t, 0, b"xyz").await.unwrap();
+    fs.fsync(&t).await.unwrap();
+    fs.truncate(&fs.resolve("/cut").await.unwrap(), 5 << 20).await.unwrap();
+    let other = c.fs().await;
+    let s = other.resolve("/sparse").await.unwrap();
+    let got = other.read_at(&s, 0, s.size).await.unwrap();
+    let mut want = vec![0u8; (3 << 20) + 1];
+    want[0] = b'a';
+    want[3 << 20] = b'b';
+    assert!(got == want, "holes read as zeros");
+    let t = other.resolve("/cut").await.unwrap();
+    let got = other.read_at(&t, 0, t.size).await.unwrap();
+    assert!(got.len() == 5 << 20 && &got[..3] == b"xyz" && got[3..].iter().all(|&b| b == 0));
+
+    // A whole file, then its stripes on one data server lost.
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 249) as u8).collect();
+    put(&c, "whole", &data);
+    let (ok, _, err) = parcache(&["down", "--data", c.d()]);
+    assert!(ok, "{err}");
+    for e in std::fs::read_dir(c.dir.join("iod-1/objects")).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    c.start(3);
+    let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args(["cat", "--data", c.d(), "pc:/whole"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("missing"), "{err}");
+}
+
 /// Issue 9.3: the metadata server restarted with its data servers in
 /// another order, or fewer of them, refuses to start, naming the order.
 #[test]

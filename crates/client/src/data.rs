@@ -25,8 +25,22 @@ pub struct Placement {
 /// stripes are (the node cache's level below).
 pub struct DataPath {
     iods: Vec<Peer>,
-    placements: SyncMutex<HashMap<u64, Placement>>,
+    placements: SyncMutex<HashMap<u64, Known>>,
     block_size: u32,
+}
+
+/// What the data path knows of a file this node uses.
+#[derive(Clone)]
+struct Known {
+    placement: Placement,
+    /// The file's size as the metadata server last told this node: each
+    /// server's part must be at least as long as this size makes it, so a
+    /// read of less than that finds stripes missing (and fails).
+    size: u64,
+    /// For each server of the layout, the end (in the server's part) of
+    /// what this node wrote there since the file's size last moved
+    /// under it: which parts a growth of the file leaves short.
+    written: Vec<u64>,
 }
 
 impl DataPath {
@@ -52,8 +66,57 @@ impl DataPath {
         }
     }
 
-    pub fn place(&self, handle: u64, p: Placement) {
-        self.placements.lock().insert(handle, p);
+    /// Learns a file's placement and its size at the metadata server.
+    pub fn place(&self, handle: u64, p: Placement, size: u64) {
+        let n = p.servers.len();
+        self.placements.lock().entry(handle).or_insert(Known {
+            placement: p,
+            size,
+            written: vec![0; n],
+        });
+    }
+
+    /// The file's size at the metadata server is `size` now. `reset`: the
+    /// file changed in ways this node did not see (another node's truncate),
+    /// so what it wrote before tells nothing of its parts' lengths.
+    pub fn set_size(&self, handle: u64, size: u64, reset: bool) {
+        if let Some(k) = self.placements.lock().get_mut(&handle) {
+            k.size = size;
+            if reset {
+                k.written.iter_mut().for_each(|w| *w = 0);
+            }
+        }
+    }
+
+    /// Before a size that grows the file from `old` to `new` is reported:
+    /// every part the growth lengthens that this node's own writes do not
+    /// reach is extended (a hole at its end), all at once, so each part is
+    /// as long as the file's size says.
+    pub async fn extend_parts(&self, handle: u64, old: u64, new: u64) -> Result<()> {
+        if new <= old {
+            return Ok(());
+        }
+        let k = self.known(handle)?;
+        let calls = k.placement.servers.iter().enumerate().filter_map(|(pos, &s)| {
+            let want = k.placement.layout.server_bytes(new, pos as u32);
+            let short = want > k.placement.layout.server_bytes(old, pos as u32) && k.written[pos] < want;
+            short.then(|| async move {
+                let req = Request::Extend { handle, len: want };
+                match self.call(s, &req, &[]).await? {
+                    (Response::Ok, _) => Ok(()),
+                    (Response::Error(e), _) => Err(FsError::Remote {
+                        path: format!("handle {handle}"),
+                        code: e.code,
+                        message: format!("data server {s}: {}", e.message),
+                    }),
+                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Extend: {other:?}"))),
+                }
+            })
+        });
+        for r in join_all(calls).await {
+            r?;
+        }
+        Ok(())
     }
 
     pub fn forget(&self, handle: u64) {
@@ -61,6 +124,10 @@ impl DataPath {
     }
 
     fn placement(&self, handle: u64) -> Result<Placement> {
+        Ok(self.known(handle)?.placement)
+    }
+
+    fn known(&self, handle: u64) -> Result<Known> {
         self.placements
             .lock()
             .get(&handle)
@@ -124,6 +191,12 @@ impl DataPath {
         for r in join_all(calls).await {
             r?;
         }
+        if let Some(k) = self.placements.lock().get_mut(&handle) {
+            for c in p.layout.chunks(offset, data.len() as u64) {
+                let w = &mut k.written[c.server as usize];
+                *w = (*w).max(c.server_offset + c.len);
+            }
+        }
         Ok(())
     }
 
@@ -133,7 +206,8 @@ impl DataPath {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let p = self.placement(handle)?;
+        let k = self.known(handle)?;
+        let p = k.placement;
         let chunks: Vec<_> = p.layout.chunks(offset, len).collect();
         let mut spans: Vec<Option<(u64, u64)>> = vec![None; p.servers.len()];
         for c in &chunks {
@@ -148,10 +222,15 @@ impl DataPath {
             let sp = *sp;
             async move {
                 let Some((off, n)) = sp else { return Ok(Bytes::new()) };
+                // The part must hold the bytes of this range that lie
+                // within the file's size.
+                let part = p.layout.server_bytes(k.size, pos as u32);
+                let need = if part > off { part.min(off + n) } else { 0 };
                 let req = Request::Read {
                     handle,
                     offset: off,
                     len: n,
+                    need,
                 };
                 match self.call(s, &req, &[]).await? {
                     (Response::Data { .. }, d) => Ok(d),

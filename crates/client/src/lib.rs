@@ -288,7 +288,7 @@ impl Fs {
     fn learn(&self, a: &Attr, settings: &[(String, String)]) -> Result<FileState> {
         let policies = FilePolicies::from_settings(settings);
         let pool = self.pool(&policies)?;
-        self.data.place(a.handle, placement_of(a)?);
+        self.data.place(a.handle, placement_of(a)?, a.size);
         let st = FileState {
             policies,
             pool,
@@ -366,6 +366,7 @@ impl Fs {
                 s.size = a.size;
                 s.known_size = a.size;
             });
+            self.data.set_size(a.handle, a.size, true);
         }
         self.update(a.handle, |s| {
             s.opens += 1;
@@ -537,10 +538,12 @@ impl Fs {
 
     /// As [`Fs::report`]; the file's attributes after, if a report was due.
     async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
-        let (size, upto) = match self.files.lock().get(&handle) {
-            Some(s) if s.unreported() => (s.size, s.writes),
+        let (size, upto, old) = match self.files.lock().get(&handle) {
+            Some(s) if s.unreported() => (s.size, s.writes, s.known_size),
             _ => return Ok(None),
         };
+        // Every part as long as the size about to be reported says.
+        self.data.extend_parts(handle, old, size).await?;
         let attr = self
             .md_attr(&self.what(handle), Request::Written { handle, size })
             .await?;
@@ -549,6 +552,7 @@ impl Fs {
             s.reported = s.reported.max(upto);
             s.known_size = attr.size;
         });
+        self.data.set_size(handle, attr.size, false);
         Ok(Some(attr))
     }
 
@@ -1036,6 +1040,7 @@ impl Fs {
             s.reported = s.writes;
             s.version = attr.version;
         });
+        self.data.set_size(a.handle, size, true);
         Ok(attr)
     }
 

@@ -209,9 +209,21 @@ pub enum Request {
         handle: Handle,
         offset: u64,
     },
+    /// Read `len` bytes at `offset` of this server's part. `need`: the
+    /// part must hold at least this many bytes (the file's size says so);
+    /// if it holds fewer, stripes are missing and the read fails (EIO)
+    /// rather than return zeros. 0: no such check.
     Read {
         handle: Handle,
         offset: u64,
+        len: u64,
+        need: u64,
+    },
+    /// Grow this server's part of the file to at least `len` bytes (a hole
+    /// at its end): sent before a size that covers it is reported, so every
+    /// part is as long as the file's size says.
+    Extend {
+        handle: Handle,
         len: u64,
     },
     /// Cut this server's part of the file to `len` bytes.
@@ -461,6 +473,7 @@ impl Request {
                 | Write { .. }
                 | WriteBuffered { .. }
                 | Read { .. }
+                | Extend { .. }
                 | Truncate { .. }
                 | Remove { .. }
                 | SetPolicy { .. }

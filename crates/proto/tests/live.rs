@@ -51,6 +51,7 @@ async fn many_requests_in_flight_on_one_connection() {
                         handle: i,
                         offset: 0,
                         len: i,
+                        need: 0,
                     },
                     &payload,
                 )

@@ -30,7 +30,7 @@ use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
 use parcache_store::{BlockStore, Entry, FileMedia, GroupLog, Wal};
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -130,6 +130,10 @@ struct Iod {
     reads: AtomicU64,
     writes: AtomicU64,
     identity: Mutex<Option<ServerIdentity>>,
+    /// Each part's length as its writes, truncates and extensions made it
+    /// (dirty bytes in the cache included), loaded from the block store on
+    /// first use: a read that needs more than this finds stripes missing.
+    part_len: Mutex<HashMap<u64, u64>>,
 }
 
 /// The file in a data server's directory that names its cluster and index.
@@ -196,25 +200,59 @@ impl Iod {
         } else {
             self.log.append(e).await?;
         }
+        self.grow(handle, offset + data.len() as u64).await?;
         self.cache
             .write(handle, offset, &data)
             .await
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    /// Truncates or removes: the cache forgets the handle's blocks (a
-    /// truncate first writes them down), then the change is logged and
-    /// applied to the block store.
+    /// The part's length, loaded from the block store on first use.
+    async fn part_len(&self, handle: u64) -> io::Result<u64> {
+        if let Some(&l) = self.part_len.lock().get(&handle) {
+            return Ok(l);
+        }
+        let stored = self.blocking(move |s| s.len(handle)).await?;
+        Ok(*self.part_len.lock().entry(handle).or_insert(stored))
+    }
+
+    /// The part is at least `end` bytes long now.
+    async fn grow(&self, handle: u64, end: u64) -> io::Result<()> {
+        self.part_len(handle).await?;
+        let mut m = self.part_len.lock();
+        let l = m.entry(handle).or_insert(0);
+        *l = (*l).max(end);
+        Ok(())
+    }
+
+    /// Truncates, removes or extends a part: the change is logged, then
+    /// applied (see [`Iod::cut_logged`]).
     async fn cut(&self, entry: Entry) -> io::Result<()> {
         let _g = self.gate.read().await;
         self.log.append(entry.clone()).await?;
         self.cut_logged(entry).await
     }
 
-    /// Applies a logged truncate or remove: the cache forgets the handle's
-    /// blocks (a truncate first writes them down), the block store follows.
+    /// Applies a logged truncate or remove (the cache forgets the handle's
+    /// blocks, a truncate writing them down first; the block store
+    /// follows) or extension (the block store's part grows).
     async fn cut_logged(&self, entry: Entry) -> io::Result<()> {
         let h = entry.handle();
+        match entry {
+            Entry::Extend { handle, len } => {
+                // Only the length changes: cached bytes stay.
+                self.grow(handle, len).await?;
+                self.below.touched.lock().insert(h);
+                return self.blocking(move |s| apply(s, &entry)).await;
+            }
+            Entry::Truncate { handle, len } => {
+                self.part_len.lock().insert(handle, len);
+            }
+            Entry::Remove { handle } => {
+                self.part_len.lock().remove(&handle);
+            }
+            Entry::Write { .. } => {}
+        }
         if let Entry::Truncate { .. } = entry {
             self.cache
                 .flush_file(h)
@@ -229,11 +267,13 @@ impl Iod {
     /// Redoes one entry of the log found at start (it stays in the log).
     async fn redo(&self, e: Entry) -> io::Result<()> {
         match e {
-            Entry::Write { handle, offset, data } => self
-                .cache
-                .write(handle, offset, &data)
-                .await
-                .map_err(|e| io::Error::other(e.to_string())),
+            Entry::Write { handle, offset, data } => {
+                self.grow(handle, offset + data.len() as u64).await?;
+                self.cache
+                    .write(handle, offset, &data)
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))
+            }
             cut => self.cut_logged(cut).await,
         }
     }
@@ -285,6 +325,7 @@ fn apply(s: &BlockStore, e: &Entry) -> io::Result<()> {
         Entry::Write { handle, offset, data } => s.write(*handle, *offset, data),
         Entry::Truncate { handle, len } => s.truncate(*handle, *len),
         Entry::Remove { handle } => s.remove(*handle),
+        Entry::Extend { handle, len } => s.extend(*handle, *len),
     }
 }
 
@@ -337,7 +378,20 @@ impl Handler for IodHandler {
                     Err(e) => io_reply(&format!("write of {len} bytes at {offset} of handle {handle}"), e),
                 }
             }
-            Request::Read { handle, offset, len } => {
+            Request::Extend { handle, len } if len > MAX_PART => Response::error(
+                ErrorCode::Invalid,
+                format!("extend of handle {handle} to {len} bytes: over the limit of {MAX_PART}"),
+            ),
+            Request::Extend { handle, len } => match iod.cut(Entry::Extend { handle, len }).await {
+                Ok(()) => Response::Ok,
+                Err(e) => io_reply(&format!("extend of handle {handle}"), e),
+            },
+            Request::Read {
+                handle,
+                offset,
+                len,
+                need,
+            } => {
                 if len > parcache_proto::frame::MAX_PAYLOAD as u64 {
                     return (
                         Response::error(ErrorCode::Invalid, format!("read of {len} bytes is over the limit")),
@@ -348,6 +402,28 @@ impl Handler for IodHandler {
                     return (r, Bytes::new());
                 }
                 iod.reads.fetch_add(1, Ordering::Relaxed);
+                if need > 0 {
+                    match iod.part_len(handle).await {
+                        Ok(have) if have < need => {
+                            tracing::error!(
+                                "handle {handle}: this server holds {have} bytes of its part, the file's size needs \
+                                 {need}: stripes are missing from the store"
+                            );
+                            return (
+                                Response::error(
+                                    ErrorCode::Io,
+                                    format!(
+                                        "stripes of handle {handle} are missing from this data server's store \
+                                         (it holds {have} bytes of its part, the file needs {need})"
+                                    ),
+                                ),
+                                Bytes::new(),
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
+                    }
+                }
                 let mut buf = vec![0u8; len as usize];
                 return match iod.cache.read(handle, offset, &mut buf).await {
                     Ok(()) => (Response::Data { len }, Bytes::from(buf)),
@@ -472,6 +548,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         reads: AtomicU64::new(0),
         writes: AtomicU64::new(0),
         identity: Mutex::new(identity),
+        part_len: Mutex::new(HashMap::new()),
     });
     if !replay.entries.is_empty() {
         // Into the write cache (the bytes stay in the log until the next

@@ -67,6 +67,22 @@ impl BlockStore {
         self.file(handle, true)?.expect("created").set_len(len)
     }
 
+    /// Grows the handle's part to at least `len` bytes, never shrinking it,
+    /// even with writes landing at the same time (fallocate of its last
+    /// byte: the kernel extends the size atomically).
+    pub fn extend(&self, handle: u64, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let f = self.file(handle, true)?.expect("created");
+        match rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), len - 1, 1) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::OPNOTSUPP) if f.metadata()?.len() < len => f.set_len(len),
+            Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub fn remove(&self, handle: u64) -> io::Result<()> {
         match std::fs::remove_file(self.path(handle)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -102,6 +118,11 @@ mod tests {
         assert_eq!(s.read(5, 6, 1).unwrap(), b"c");
         s.truncate(5, 5).unwrap();
         assert_eq!(s.len(5).unwrap(), 5);
+        s.extend(5, 3).unwrap();
+        assert_eq!(s.len(5).unwrap(), 5, "extend never shrinks");
+        s.extend(5, 9000).unwrap();
+        assert_eq!(s.len(5).unwrap(), 9000);
+        assert_eq!(s.read(5, 0, 6).unwrap(), b"\0\0\0\0a\0");
         s.sync(5).unwrap();
         s.remove(5).unwrap();
         s.remove(5).unwrap();

@@ -26,12 +26,20 @@ pub enum Entry {
     Remove {
         handle: u64,
     },
+    /// Grow the part to at least `len` bytes (never shrinks it).
+    Extend {
+        handle: u64,
+        len: u64,
+    },
 }
 
 impl Entry {
     pub fn handle(&self) -> u64 {
         match *self {
-            Entry::Write { handle, .. } | Entry::Truncate { handle, .. } | Entry::Remove { handle } => handle,
+            Entry::Write { handle, .. }
+            | Entry::Truncate { handle, .. }
+            | Entry::Remove { handle }
+            | Entry::Extend { handle, .. } => handle,
         }
     }
 
@@ -40,6 +48,7 @@ impl Entry {
             Entry::Write { handle, offset, data } => (1, *handle, *offset, &data[..]),
             Entry::Truncate { handle, len } => (2, *handle, *len, &[]),
             Entry::Remove { handle } => (3, *handle, 0, &[]),
+            Entry::Extend { handle, len } => (4, *handle, *len, &[]),
         };
         let body_len = 1 + 8 + 8 + data.len();
         let start = out.len();
@@ -71,6 +80,7 @@ impl Entry {
             },
             2 if len == 17 => Entry::Truncate { handle, len: a },
             3 if len == 17 => Entry::Remove { handle },
+            4 if len == 17 => Entry::Extend { handle, len: a },
             _ => return None,
         };
         Some((e, 8 + len))
