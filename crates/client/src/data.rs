@@ -100,7 +100,7 @@ impl DataPath {
         let calls = k.placement.servers.iter().enumerate().filter_map(|(pos, &s)| {
             let want = k.placement.layout.server_bytes(new, pos as u32);
             let short = want > k.placement.layout.server_bytes(old, pos as u32) && k.written[pos] < want;
-            short.then(|| async move {
+            short.then_some(async move {
                 let req = Request::Extend { handle, len: want };
                 match self.call(s, &req, &[]).await? {
                     (Response::Ok, _) => Ok(()),
