@@ -23,3 +23,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $sudo_cmd apt-get update -q
   $sudo_cmd apt-get install -y -q "${missing[@]}"
 fi
+
+# pjdfstest, the public POSIX conformance suite the mount is tested with
+# (crates/cli/tests/mount.rs), built from crates.io into target/tools.
+if [ ! -x target/tools/bin/pjdfstest ]; then
+  echo "setup: building pjdfstest 0.2.2 (once) into target/tools"
+  cargo install --quiet --locked pjdfstest --version 0.2.2 --root target/tools
+fi

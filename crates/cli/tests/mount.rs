@@ -969,6 +969,91 @@ fn special_files_long_and_odd_names_xattrs_and_fallocate() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// pjdfstest (the public POSIX conformance suite, built by
+/// scripts/setup.sh into target/tools) run inside the mount: every case
+/// passes (the skipped ones need a remount, a second file system, or
+/// LINK_MAX, which FUSE does not report; a local directory skips the same
+/// but the last).
+#[test]
+fn pjdfstest_passes_inside_the_mount() {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/bin/pjdfstest");
+    if !bin.exists() {
+        eprintln!("SKIPPED: {} is missing (scripts/setup.sh builds it)", bin.display());
+        return;
+    }
+    let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pjdfstest/pjdfstest.toml");
+    let base = std::env::temp_dir().join(format!("parcache-pjdfstest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "2"]);
+    assert!(ok, "{err}");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let o = Command::new(&bin)
+        .arg("-c")
+        .arg(&conf)
+        .arg("-p")
+        .arg(a.p(""))
+        .current_dir(a.p(""))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let summary = out.lines().find(|l| l.starts_with("Summary")).unwrap_or("no summary");
+    eprintln!("pjdfstest in the mount: {summary}");
+    let failed: Vec<&str> = out.lines().filter(|l| l.ends_with("FAILED")).collect();
+    assert!(
+        o.status.success() && failed.is_empty(),
+        "{summary}\n{}\n{}",
+        failed.join("\n"),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let passed: u32 = summary
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" passed"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(passed >= 380, "{summary}");
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A file unlinked while open stays readable and writable through its
+/// descriptor (POSIX; pjdfstest's unlink::open_file_not_freed), its name
+/// gone at once; its data goes when it is closed.
+#[test]
+fn an_unlinked_open_file_lives_until_closed() {
+    let (base, cluster, a, b) = two_nodes("unlinkopen", "2");
+    std::fs::write(a.p("t"), b"kept while open").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.p("t"))
+        .unwrap();
+    std::fs::remove_file(a.p("t")).unwrap();
+    assert!(!b.p("t").exists() && !a.p("t").exists(), "the name is gone");
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "kept while open");
+    f.write_all(b", and more").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    s.clear();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "kept while open, and more");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    drop(f);
+    // The kernel sends the release after close returns: wait for it.
+    let t = Instant::now();
+    loop {
+        let (ok, out, _) = parcache(&["status", "--data", cluster.0.to_str().unwrap()]);
+        if ok && out.contains("(1 files)") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "only the root is left: {out}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    finish(base, cluster, a, b);
+}
+
 /// Directories of 100,000 names list whole through the mount and with
 /// `parcache ls` (one reply used to carry a whole listing, and failed with
 /// EIO past about 6,000 names); `rm -rf` of 20,000 works.

@@ -122,6 +122,9 @@ struct FileState {
     cached: bool,
     /// Open descriptions of the file on this node.
     opens: u32,
+    /// Unlinked (its last name) while open here: the metadata server keeps
+    /// it until the last open here ends.
+    orphan: bool,
 }
 
 impl FileState {
@@ -300,6 +303,7 @@ impl Fs {
             gate: Arc::new(tokio::sync::RwLock::new(())),
             cached: true,
             opens: 0,
+            orphan: false,
         };
         Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
     }
@@ -405,10 +409,11 @@ impl Fs {
     /// the file's prefetching.
     pub async fn release(&self, a: &Attr, write: bool) -> Result<()> {
         let st = self.state(a).await?;
-        let mut last = false;
+        let (mut last, mut orphan) = (false, false);
         self.update(a.handle, |s| {
             s.opens = s.opens.saturating_sub(1);
             last = s.opens == 0;
+            orphan = last && s.orphan;
         });
         if last {
             st.pool.close(a.handle);
@@ -427,6 +432,13 @@ impl Fs {
                 },
             )
             .await?;
+        }
+        if orphan {
+            // Its last open here ended: the unlinked file goes now.
+            let req = Request::Forget { handle: a.handle };
+            if let Response::Attr(gone) = self.md(&self.what(a.handle), req).await? {
+                self.remove_data(&gone).await?;
+            }
         }
         Ok(())
     }
@@ -765,10 +777,25 @@ impl Fs {
         }
     }
 
+    /// Removes a name. A file open on this node keeps its data until the
+    /// last open here ends (POSIX), as an orphan at the metadata server.
     pub async fn unlink_at(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let any_open = self.files.lock().values().any(|s| s.opens > 0);
+        let mut keep_open = false;
+        if any_open {
+            if let Ok(a) = self.lookup(parent, name).await {
+                if let Some(s) = self.files.lock().get_mut(&a.handle) {
+                    if s.opens > 0 {
+                        s.orphan = true;
+                        keep_open = true;
+                    }
+                }
+            }
+        }
         let req = Request::Unlink {
             parent,
             name: name.to_vec(),
+            keep_open,
         };
         if let Response::Attr(gone) = self.md(&show_name(name), req).await? {
             self.remove_data(&gone).await?;

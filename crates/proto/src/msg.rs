@@ -123,9 +123,18 @@ pub enum Request {
         handle: Handle,
         after: Option<Name>,
     },
+    /// Remove a name. `keep_open`: the file is open on the asking node, so
+    /// when this was its last link it stays (an orphan, no name, its data
+    /// kept) until that node's `Forget`, as POSIX keeps an unlinked open file.
     Unlink {
         parent: Handle,
         name: Name,
+        keep_open: bool,
+    },
+    /// The asking node closed an orphan (a file unlinked while open there):
+    /// answered with its attributes if it is now gone (its data must go).
+    Forget {
+        handle: Handle,
     },
     Rmdir {
         parent: Handle,

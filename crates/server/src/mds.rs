@@ -666,7 +666,18 @@ impl Mds {
                 }
                 Ok(Response::Entries { entries: out, more })
             }
-            Request::Unlink { parent, name } => self.write(|tx| {
+            Request::Forget { handle } => self.write(|tx| match tx.get(handle) {
+                Ok(i) if i.attr.nlink == 0 && i.attr.kind != FileKind::Dir => {
+                    tx.delete(handle)?;
+                    Ok(Response::Attr(i.attr))
+                }
+                _ => Ok(Response::Ok),
+            }),
+            Request::Unlink {
+                parent,
+                name,
+                keep_open,
+            } => self.write(|tx| {
                 check_len(&name)?;
                 let mut p = tx.dir(parent)?;
                 let h = tx
@@ -681,6 +692,14 @@ impl Mds {
                 }
                 tx.unlink(parent, &name)?;
                 tx.touch_dir(&mut p, 0)?;
+                if keep_open && i.attr.nlink <= 1 && i.attr.kind == FileKind::File {
+                    // An orphan until the node that has it open forgets it.
+                    let mut i = i;
+                    i.attr.nlink = 0;
+                    i.attr.ctime = now();
+                    tx.put(&i)?;
+                    return Ok(Response::Ok);
+                }
                 Ok(match tx.drop_link(i)? {
                     Some(gone) => Response::Attr(gone),
                     None => Response::Ok,
