@@ -109,20 +109,6 @@ pub fn stop_soon(stop: &Arc<watch::Sender<bool>>) {
     });
 }
 
-/// A random 64-bit number from the OS (cluster ids).
-pub fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // RandomState is seeded from the OS's random source.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.finish()
-}
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;

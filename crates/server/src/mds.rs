@@ -1202,7 +1202,8 @@ async fn check_data_servers(mds: &Mds, cfg: &MdsConfig) -> io::Result<()> {
     }
     let id = match id {
         Some(id) => id,
-        None => format!("{:016x}", crate::random_u64()),
+        // 64 random bits from the OS, as hex.
+        None => Secret::generate().to_hex()[..16].to_string(),
     };
     let mut ids = Vec::new();
     for addr in &cfg.iods {
