@@ -27,5 +27,5 @@ if ! out=$($pc up --data run/cluster --mount run/mnt 2>&1); then
 else
   echo "$out"
 fi
-echo "run: try  cp -r crates run/mnt/ && ls run/mnt && getfattr -d -m user.parcache run/mnt/crates"
+echo "run: try  cp -r crates run/mnt/ && ls run/mnt && $pc policy get --data run/cluster pc:/crates"
 echo "run: stop with  $pc down --data run/cluster"
