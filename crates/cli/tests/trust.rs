@@ -79,7 +79,7 @@ impl Drop for Daemon {
 }
 
 fn put(c: &Cluster, name: &str, bytes: &[u8]) {
-    let local = c.dir.with_extension(format!("{name}.in"));
+    let local = c.dir.with_extension(format!("{}.in", name.replace('/', "-")));
     std::fs::write(&local, bytes).unwrap();
     let (ok, _, err) = parcache(&["cp", "--data", c.d(), local.to_str().unwrap(), &format!("pc:/{name}")]);
     assert!(ok, "{err}");
@@ -486,6 +486,38 @@ async fn errors_say_what_is_wrong() {
         "pc:/",
     ]);
     assert!(!ok && err.contains("not a parcache server"), "{err}");
+
+    // Policies: stripe keys apply to new files; a width past the servers
+    // warns; `policy get` says where each value comes from.
+    put(&c, "data", b"laid out already");
+    let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/data", "stripe_unit=1M"]);
+    assert!(!ok && err.contains("applies to new files"), "{err}");
+    let (ok, _, err) = parcache(&["mkdir", "--data", c.d(), "pc:/wide"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        c.d(),
+        "pc:/wide",
+        "stripe_width=9",
+        "write=write-back",
+    ]);
+    assert!(ok && err.contains("warning") && err.contains("2 data servers"), "{err}");
+    put(&c, "wide/f", b"x");
+    let (ok, out, err) = parcache(&["policy", "get", "--data", c.d(), "pc:/wide/f"]);
+    assert!(
+        ok && out.contains("write=write-back")
+            && out.contains("inherited from its directory")
+            && out.contains("replacement=lru")
+            && out.contains("(default)")
+            && out.contains("stripe_width=2"),
+        "{out}{err}"
+    );
+    for log in ["mds.log", "iod-0.log"] {
+        let l = std::fs::read_to_string(c.dir.join(log)).unwrap();
+        assert!(!l.contains('\u{1b}'), "{log} has colour codes: {l}");
+    }
 
     let fs = c.fs().await;
     let st = fs.statfs().await.unwrap();
