@@ -7,7 +7,7 @@ use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
-use parcache_proto::{Request, Response, Secret};
+use parcache_proto::{ErrorReply, Request, Response, Secret};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 
@@ -104,11 +104,7 @@ impl DataPath {
                 let req = Request::Extend { handle, len: want };
                 match self.call(s, &req, &[]).await? {
                     (Response::Ok, _) => Ok(()),
-                    (Response::Error(e), _) => Err(FsError::Remote {
-                        path: format!("handle {handle}"),
-                        code: e.code,
-                        message: format!("data server {s}: {}", e.message),
-                    }),
+                    (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Extend: {other:?}"))),
                 }
             })
@@ -179,11 +175,7 @@ impl DataPath {
             Some(async move {
                 match self.call(s, &req, &buf).await? {
                     (Response::Written { .. }, _) => Ok(()),
-                    (Response::Error(e), _) => Err(FsError::Remote {
-                        path: format!("handle {handle}"),
-                        code: e.code,
-                        message: format!("data server {s}: {}", e.message),
-                    }),
+                    (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
                 }
             })
@@ -234,11 +226,7 @@ impl DataPath {
                 };
                 match self.call(s, &req, &[]).await? {
                     (Response::Data { .. }, d) => Ok(d),
-                    (Response::Error(e), _) => Err(FsError::Remote {
-                        path: format!("handle {handle}"),
-                        code: e.code,
-                        message: format!("data server {s}: {}", e.message),
-                    }),
+                    (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
                 }
             }
@@ -280,11 +268,7 @@ impl DataPath {
         let calls = servers.iter().map(|&s| async move {
             match self.call(s, &Request::Sync, &[]).await? {
                 (Response::Ok, _) => Ok(()),
-                (Response::Error(e), _) => Err(FsError::Remote {
-                    path: what.to_string(),
-                    code: e.code,
-                    message: format!("data server {s}: {}", e.message),
-                }),
+                (Response::Error(e), _) => Err(server_error(what, s, e)),
                 (other, _) => Err(FsError::Protocol(format!("unexpected reply to Sync: {other:?}"))),
             }
         });
@@ -305,6 +289,15 @@ impl DataPath {
 
 /// The error for the node cache, without the file's name (the client
 /// puts the name in front).
+/// A data server's error reply, naming the file (`what`) and the server.
+fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
+    FsError::Remote {
+        path: what.to_string(),
+        code: e.code,
+        message: format!("data server {s}: {}", e.message),
+    }
+}
+
 fn below_err(e: FsError) -> BelowError {
     BelowError {
         errno: e.errno(),
