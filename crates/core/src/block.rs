@@ -4,8 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Identifies a file to the core. The drivers map their own handles to it.
-pub type FileId = u64;
+pub use crate::ids::FileId;
 
 /// One logical block of one file: the unit a cache buffer holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -10,6 +10,8 @@ pub enum PolicyError {
         name: String,
         known: String,
     },
+    #[error("unknown policy key '{key}' (known: {known})")]
+    UnknownKey { key: String, known: String },
     #[error("bad parameter for policy '{policy}': {detail}")]
     BadParameter { policy: String, detail: String },
     #[error("toss-immediately needs at least one buffer per process: {buffers} buffers for {processes} processes")]

@@ -11,13 +11,17 @@
 //! Parts:
 //! - [`block`] and [`stripe`]: byte ranges, blocks, and where blocks live.
 //! - [`cache`]: the cache table and its protocol.
-//! - [`replacement`], [`write`], [`prefetch`]: the policy catalogue, one
-//!   policy per file, named as DESIGN.md §3 names it.
+//! - [`replacement`], [`write`], [`prefetch`], [`consistency`]: the policy
+//!   catalogue, one policy per file, named as DESIGN.md §3 names it;
+//!   [`catalogue`] parses their names.
+//! - [`ids`]: the names of files, nodes, processes, buffers and I/Os.
 
 pub mod block;
 pub mod cache;
+pub mod catalogue;
 pub mod consistency;
 pub mod error;
+pub mod ids;
 pub mod prefetch;
 pub mod replacement;
 pub mod stripe;
@@ -26,6 +30,7 @@ pub mod write;
 
 pub use block::{split_blocks, BlockKey, BlockPiece, ByteRange, FileId, RangeSet};
 pub use cache::{Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, IoToken, ProcId, WriteCause};
+pub use catalogue::FilePolicies;
 pub use consistency::ConsistencyKind;
 pub use error::{AccessError, PolicyError};
 pub use prefetch::PrefetchKind;

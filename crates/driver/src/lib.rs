@@ -19,7 +19,7 @@ pub use join::join_all;
 use bytes::Bytes;
 use parcache_core::{
     split_blocks, Access, AccessError, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect,
-    FileId, PolicyError, ReplacementKind, Time, WritePolicyKind,
+    FileId, PolicyError, Time, WritePolicyKind,
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
@@ -105,13 +105,8 @@ impl<B: Below> Driver<B> {
     /// Builds the cache and starts its timer task (needs a tokio runtime).
     /// `lanes` bounds the block accesses in progress at once.
     pub fn new(cfg: CacheConfig, lanes: usize, below: B) -> Result<Self, PolicyError> {
-        // toss-immediately keeps every lane's most recently used block, even
-        // a lane that is idle now: half the buffers stay free for the rest.
-        let most = match cfg.replacement {
-            ReplacementKind::TossImmediately => cfg.buffers / 2,
-            _ => cfg.buffers,
-        };
-        let lanes = lanes.clamp(1, most.max(1));
+        // Lanes are the core's processes: no more than the policy admits.
+        let lanes = lanes.clamp(1, cfg.replacement.max_processes(cfg.buffers).max(1));
         let n = cfg.buffers;
         let block_size = cfg.block_size;
         let cache = Cache::new(cfg)?;
@@ -198,8 +193,8 @@ impl<B: Below> Driver<B> {
         for r in join_all(accesses).await {
             r?;
         }
-        let through = matches!(self.shared.lock().cache.config().write, WritePolicyKind::WriteThrough);
-        if through {
+        let waits = self.shared.lock().cache.config().write.write_waits();
+        if waits {
             self.flush_file(file).await?;
         }
         Ok(())

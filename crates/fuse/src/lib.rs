@@ -14,9 +14,8 @@ use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
+use parcache_client::{Attr, FileKind, KernelCache, SetAttr, Timestamp};
 use parcache_client::{Fs, FsError};
-use parcache_core::ConsistencyKind;
-use parcache_proto::{Attr, FileKind, SetAttr, Timestamp};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -209,17 +208,15 @@ fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
     e.1 += 1;
 }
 
-/// How the kernel is to treat an open file: under `none` its page cache
-/// is kept across opens; under `sprite` it is bypassed (caching may be
-/// disabled on this node at any moment while the file is open, when another
-/// node starts to share it; the node cache still serves the file while it
-/// may).
+/// How the kernel is to treat an open file, as the file's consistency
+/// plug-in says: its page cache bypassed (`sprite`, `posix`, `nfs`: every
+/// read and write must reach the node), dropped at open (`close-to-open`,
+/// `session`), or kept across opens (`none`).
 async fn open_flags(fs: &Fs, a: &Attr) -> Result<u32, FsError> {
-    Ok(match fs.policies_of(a).await?.consistency {
-        ConsistencyKind::Sprite => fuser::consts::FOPEN_DIRECT_IO,
-        // No guarantee between nodes: the page cache may outlive the open.
-        ConsistencyKind::None => fuser::consts::FOPEN_KEEP_CACHE,
-        ConsistencyKind::CloseToOpen => 0,
+    Ok(match fs.kernel_cache(a).await? {
+        KernelCache::Bypass => fuser::consts::FOPEN_DIRECT_IO,
+        KernelCache::UntilOpen => 0,
+        KernelCache::Keep => fuser::consts::FOPEN_KEEP_CACHE,
     })
 }
 
@@ -837,7 +834,7 @@ impl Filesystem for Mount {
                         .map(|(_, v, _)| v.into_bytes())
                         .ok_or(FsError::Remote {
                             path: name.clone(),
-                            code: parcache_proto::ErrorCode::NoData,
+                            code: parcache_client::ErrorCode::NoData,
                             message: "no such policy".into(),
                         })
                 }),

@@ -13,8 +13,10 @@
 //! its version (for close-to-open consistency checks).
 
 use bytes::Bytes;
-use parcache_core::consistency::sprite::{Callback as CoreCallback, SpriteServer};
-use parcache_core::{ConsistencyKind, PrefetchKind, ReplacementKind, WritePolicyKind};
+use parcache_core::catalogue::{check_setting, parse_size};
+use parcache_core::consistency::sprite::{Queued, SpriteServer};
+use parcache_core::consistency::Callback as CoreCallback;
+use parcache_core::Time;
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{
     serve, show_name, Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout,
@@ -27,11 +29,11 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (directory, name) → handle; names are bytes.
@@ -122,68 +124,10 @@ fn check_len(name: &[u8]) -> R<()> {
     Ok(())
 }
 
-/// The policy keys a file or directory can carry, with their checks.
-pub const POLICY_KEYS: [&str; 6] = [
-    "write",
-    "replacement",
-    "prefetch",
-    "consistency",
-    "stripe_unit",
-    "stripe_width",
-];
-
+/// A policy setting checked by the catalogue (the one place policy names
+/// are parsed), in canonical form.
 fn check_policy(key: &str, value: &str) -> R<String> {
-    let bad = |e: String| (ErrorCode::Invalid, e);
-    Ok(match key {
-        "write" => value
-            .parse::<WritePolicyKind>()
-            .map_err(|e| bad(e.to_string()))?
-            .to_string(),
-        "replacement" => value
-            .parse::<ReplacementKind>()
-            .map_err(|e| bad(e.to_string()))?
-            .to_string(),
-        "prefetch" => value
-            .parse::<PrefetchKind>()
-            .map_err(|e| bad(e.to_string()))?
-            .to_string(),
-        "consistency" => value
-            .parse::<ConsistencyKind>()
-            .map_err(|e| bad(e.to_string()))?
-            .to_string(),
-        "stripe_unit" => parse_size(value)
-            .filter(|n| (512..=16 << 20).contains(n))
-            .ok_or_else(|| {
-                bad(format!(
-                    "stripe_unit '{value}' must be a size from 512 to 16M (e.g. 64K)"
-                ))
-            })?
-            .to_string(),
-        "stripe_width" => value
-            .parse::<u32>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| bad(format!("stripe_width '{value}' must be a positive number of servers")))?
-            .to_string(),
-        _ => {
-            return Err(bad(format!(
-                "unknown policy key '{key}' (known: {})",
-                POLICY_KEYS.join(", ")
-            )))
-        }
-    })
-}
-
-/// Parses `65536`, `64K`, `1M`.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (n, m) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    n.trim().parse::<u64>().ok()?.checked_mul(m)
+    check_setting(key, value).map_err(|e| (ErrorCode::Invalid, e.to_string()))
 }
 
 struct Mds {
@@ -1002,12 +946,9 @@ impl MdsHandler {
             Response::Attr(_) => return Response::error(ErrorCode::Invalid, format!("handle {handle} is not a file")),
             other => return other,
         }
-        let grant = self.2.open(handle, node, write).await;
+        let cacheable = self.2.open(handle, node, write).await;
         match self.op(Request::GetAttr { handle }).await {
-            Response::Attr(attr) => Response::Opened {
-                attr,
-                cacheable: grant.cacheable,
-            },
+            Response::Attr(attr) => Response::Opened { attr, cacheable },
             other => other,
         }
     }
@@ -1047,76 +988,71 @@ impl Handler for MdsHandler {
     }
 }
 
-/// How long a node has to answer a callback before its opens are dropped.
-const CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a callback poll waits before it is answered empty.
 const POLL_WAIT: Duration = Duration::from_secs(10);
-/// A node not polling for this long is taken to be gone.
-const NODE_SILENT: Duration = Duration::from_secs(25);
 
-/// `sprite` consistency at the metadata server: the core's state machine
-/// ([`SpriteServer`]) and the callbacks waiting for nodes to collect and
-/// acknowledge them. Held in memory: after a restart nobody has a file
-/// open, and a node with dirty blocks pushes them within its syncer's bound.
-#[derive(Default)]
+/// `sprite` consistency at the metadata server: the driver of the core's
+/// server half ([`SpriteServer`], which holds who has what open, the
+/// callbacks in flight and their deadlines). This part only wakes polling
+/// nodes and the opens waiting for answers, and keeps the clock.
 struct Sprite {
     state: Mutex<SpriteServer>,
-    nodes: Mutex<HashMap<u64, NodeLink>>,
-    next_id: AtomicU64,
+    /// Wakes a node's outstanding poll when a callback is queued for it.
+    polls: Mutex<HashMap<u64, Arc<Notify>>>,
+    /// Wakes opens waiting for callbacks when one is answered.
+    answered: Notify,
+    epoch: Instant,
 }
 
-#[derive(Default)]
-struct NodeLink {
-    queue: Vec<(u64, Handle, Callback)>,
-    waiting: HashMap<u64, oneshot::Sender<()>>,
-    notify: Arc<Notify>,
-    polling: u32,
-    last_seen: Option<Instant>,
-}
-
-impl NodeLink {
-    fn alive(&self) -> bool {
-        self.polling > 0 || self.last_seen.is_some_and(|t| t.elapsed() < NODE_SILENT)
+impl Default for Sprite {
+    fn default() -> Self {
+        Sprite {
+            state: Mutex::new(SpriteServer::new()),
+            polls: Mutex::new(HashMap::new()),
+            answered: Notify::new(),
+            epoch: Instant::now(),
+        }
     }
 }
 
 impl Sprite {
-    async fn open(&self, handle: Handle, node: u64, write: bool) -> parcache_core::consistency::sprite::Grant {
-        let grant = self.state.lock().open(node, handle, write);
-        let mut waits = Vec::new();
-        {
-            let mut nodes = self.nodes.lock();
-            nodes.entry(node).or_default().last_seen = Some(Instant::now());
-            for &(n, cb) in &grant.callbacks {
-                let link = nodes.entry(n).or_default();
-                if !link.alive() {
-                    tracing::warn!("node {n:x} is gone: its opens are dropped");
-                    nodes.remove(&n);
-                    self.state.lock().node_gone(n);
-                    continue;
+    fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn poll_of(&self, node: u64) -> Arc<Notify> {
+        self.polls.lock().entry(node).or_default().clone()
+    }
+
+    /// Registers the open; returns once every callback it needs is answered
+    /// (or its node was given up on at the core's deadline).
+    async fn open(&self, handle: Handle, node: u64, write: bool) -> bool {
+        let o = self.state.lock().open_at(self.now(), node, handle, write);
+        for n in &o.gone {
+            tracing::warn!("node {n:x} is gone: its opens are dropped");
+        }
+        for n in &o.notify {
+            self.poll_of(*n).notify_one();
+        }
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            let deadline = {
+                let s = self.state.lock();
+                if !s.waiting(&o.wait) {
+                    return o.cacheable;
                 }
-                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let (tx, rx) = oneshot::channel();
-                let cb = match cb {
-                    CoreCallback::Recall => Callback::Recall,
-                    CoreCallback::Disable => Callback::Disable,
-                };
-                link.queue.push((id, handle, cb));
-                link.waiting.insert(id, tx);
-                link.notify.notify_one();
-                waits.push((n, rx));
-            }
-        }
-        for (n, rx) in waits {
-            if !matches!(tokio::time::timeout(CALLBACK_TIMEOUT, rx).await, Ok(Ok(()))) {
+                s.next_deadline()
+            };
+            let wait = deadline.map_or(POLL_WAIT, |t| Duration::from_nanos(t.0.saturating_sub(self.now().0)));
+            let _ = tokio::time::timeout(wait, answered).await;
+            for n in self.state.lock().expire(self.now()) {
                 tracing::warn!(
-                    "node {n:x} did not answer a callback for handle {handle} within {CALLBACK_TIMEOUT:?}: its opens are dropped"
+                    "node {n:x} did not answer a callback for handle {handle} in time: its opens are dropped"
                 );
-                self.nodes.lock().remove(&n);
-                self.state.lock().node_gone(n);
             }
         }
-        grant
     }
 
     fn close(&self, handle: Handle, node: u64, write: bool) {
@@ -1124,30 +1060,29 @@ impl Sprite {
     }
 
     async fn poll(&self, node: u64) -> Vec<(u64, Handle, Callback)> {
-        let notify = {
-            let mut nodes = self.nodes.lock();
-            let link = nodes.entry(node).or_default();
-            link.last_seen = Some(Instant::now());
-            if !link.queue.is_empty() {
-                return std::mem::take(&mut link.queue);
-            }
-            link.polling += 1;
-            link.notify.clone()
+        let wire = |q: Vec<Queued>| {
+            q.into_iter()
+                .map(|q| {
+                    let cb = match q.cb {
+                        CoreCallback::Recall => Callback::Recall,
+                        CoreCallback::Disable => Callback::Disable,
+                    };
+                    (q.id, q.file, cb)
+                })
+                .collect()
         };
+        let notify = self.poll_of(node);
+        if let Some(q) = self.state.lock().poll(self.now(), node) {
+            return wire(q);
+        }
+        // A callback queued after the check above left a permit: no loss.
         let _ = tokio::time::timeout(POLL_WAIT, notify.notified()).await;
-        let mut nodes = self.nodes.lock();
-        let link = nodes.entry(node).or_default();
-        link.polling = link.polling.saturating_sub(1);
-        link.last_seen = Some(Instant::now());
-        std::mem::take(&mut link.queue)
+        wire(self.state.lock().poll_ended(self.now(), node))
     }
 
     fn called_back(&self, node: u64, id: u64) {
-        if let Some(link) = self.nodes.lock().get_mut(&node) {
-            if let Some(tx) = link.waiting.remove(&id) {
-                let _ = tx.send(());
-            }
-        }
+        self.state.lock().answered(node, id);
+        self.answered.notify_waiters();
     }
 }
 

@@ -36,22 +36,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
-/// Identifies a process (or any independent requester) to the cache.
-pub type ProcId = u32;
-
-/// Index of a buffer in a cache, `0..buffers`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BufId(pub u32);
-
-impl BufId {
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// Names one I/O the cache asked for, so its completion can be reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IoToken(pub u64);
+pub use crate::ids::{BufId, IoToken, ProcId};
 
 /// How a cache is built. Every field has a default a user would expect.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

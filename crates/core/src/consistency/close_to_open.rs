@@ -1,18 +1,43 @@
-//! The node's half of version-checked consistency (`close-to-open`, and
-//! `sprite`'s open check): pure decisions a node makes at open and close,
-//! from the file's version at the metadata server (bumped by every size
-//! report and truncate) and the version the node last validated its cached
-//! blocks against. NFS's close-to-open, as Sprite's version numbers do it
-//! (Biswas et al. 1993 §2): "when a client opens a file and finds blocks
-//! from that file in its cache, it checks the version number ... if it does
-//! not have the latest version, it removes the old file blocks".
+//! `close-to-open` (the default): close publishes, open revalidates. A
+//! close pushes the file's dirty blocks to the data servers and its size to
+//! the metadata server before it returns; an open drops cached blocks of a
+//! file whose version moved since this node validated them. NFS's
+//! close-to-open, as Sprite's version numbers do it (Biswas et al. 1993
+//! §2): "when a client opens a file and finds blocks from that file in its
+//! cache, it checks the version number ... if it does not have the latest
+//! version, it removes the old file blocks". The server half is the
+//! version the metadata server bumps at every size report and truncate.
 
-use super::ConsistencyKind;
+use super::{revalidate, Action, Consistency, ConsistencyKind, NodeFile, ServerView};
+use crate::time::Time;
+
+/// The plug-in.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CloseToOpen;
+
+impl Consistency for CloseToOpen {
+    fn kind(&self) -> ConsistencyKind {
+        ConsistencyKind::CloseToOpen
+    }
+
+    fn pre_open(&self, _file: &NodeFile, _now: Time, _write: bool) -> Vec<Action> {
+        vec![Action::FetchAttr]
+    }
+
+    fn post_open(&self, file: &mut NodeFile, now: Time, server: ServerView, _cacheable: bool) -> Vec<Action> {
+        file.opens += 1;
+        revalidate(file, now, server)
+    }
+
+    fn flush(&self, _file: &mut NodeFile, _now: Time) -> Vec<Action> {
+        vec![Action::PushDirty, Action::ReportSize]
+    }
+}
 
 /// What a node does with its cached blocks of a file it opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenAction {
-    /// They are current (or the policy checks nothing): keep them.
+    /// They are current: keep them.
     Keep,
     /// Another node changed the file since this node validated `version`:
     /// push this node's own dirty blocks and size (they must not be lost
@@ -21,21 +46,10 @@ pub enum OpenAction {
     Drop,
 }
 
-/// What a node does when a program closes a file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseAction {
-    /// Push the file's dirty blocks to the data servers, then its size to
-    /// the metadata server, before the close returns.
-    Push,
-    /// Nothing now: dirty blocks go when the write policy sends them (or
-    /// when the metadata server recalls them, under `sprite`).
-    Keep,
-}
-
 /// The decision at open: `validated` is the version this node last
 /// validated against, `current` the version the metadata server has now.
-pub fn at_open(kind: ConsistencyKind, validated: u64, current: u64) -> OpenAction {
-    if kind.revalidate_on_open() && validated != current {
+pub fn at_open(validated: u64, current: u64) -> OpenAction {
+    if validated != current {
         OpenAction::Drop
     } else {
         OpenAction::Keep
@@ -54,15 +68,6 @@ pub fn after_report(validated: u64, reported: u64) -> u64 {
         reported
     } else {
         validated
-    }
-}
-
-/// The decision at close.
-pub fn at_close(kind: ConsistencyKind) -> CloseAction {
-    if kind.flush_on_close() {
-        CloseAction::Push
-    } else {
-        CloseAction::Keep
     }
 }
 
@@ -103,7 +108,7 @@ mod tests {
         }
         fn open(&mut self, n: u8) {
             let validated = self.nodes.entry(n).or_default().validated;
-            if at_open(ConsistencyKind::CloseToOpen, validated, self.version) == OpenAction::Drop {
+            if at_open(validated, self.version) == OpenAction::Drop {
                 self.push(n);
                 let version = self.version;
                 let node = self.nodes.entry(n).or_default();
@@ -125,7 +130,11 @@ mod tests {
             node.cached.insert(b, v);
         }
         fn close(&mut self, n: u8) {
-            if at_close(ConsistencyKind::CloseToOpen) == CloseAction::Push {
+            if CloseToOpen.flush(
+                &mut NodeFile::new(ServerView { size: 0, version: 0 }, Time::ZERO),
+                Time::ZERO,
+            ) == [Action::PushDirty, Action::ReportSize]
+            {
                 self.push(n);
             }
         }
@@ -165,13 +174,22 @@ mod tests {
     }
 
     #[test]
-    fn none_keeps_and_sprite_revalidates() {
-        assert_eq!(at_open(ConsistencyKind::None, 1, 5), OpenAction::Keep);
-        assert_eq!(at_open(ConsistencyKind::Sprite, 1, 5), OpenAction::Drop);
-        assert_eq!(at_open(ConsistencyKind::CloseToOpen, 5, 5), OpenAction::Keep);
+    fn an_open_drops_blocks_of_a_changed_file_and_close_publishes() {
+        let view = |version| ServerView { size: 0, version };
+        let mut f = NodeFile::new(view(5), Time::ZERO);
+        assert_eq!(CloseToOpen.pre_open(&f, Time::ZERO, false), [Action::FetchAttr]);
+        assert!(CloseToOpen.post_open(&mut f, Time::ZERO, view(5), true).is_empty());
+        assert_eq!(
+            CloseToOpen.post_open(&mut f, Time::ZERO, view(6), true),
+            [Action::PushDirty, Action::ReportSize, Action::DropCached, Action::Adopt]
+        );
+        assert_eq!(f.opens, 2);
+        assert_eq!(
+            CloseToOpen.flush(&mut f, Time::ZERO),
+            [Action::PushDirty, Action::ReportSize]
+        );
+        assert_eq!(at_open(5, 5), OpenAction::Keep);
         assert_eq!(after_report(4, 5), 5);
         assert_eq!(after_report(4, 6), 4, "another node's change in between");
-        assert_eq!(at_close(ConsistencyKind::Sprite), CloseAction::Keep);
-        assert_eq!(at_close(ConsistencyKind::CloseToOpen), CloseAction::Push);
     }
 }

@@ -1,88 +1,381 @@
-//! Consistency between nodes (DESIGN.md §3, "Consistency"): what a node
-//! does at open and close so that other nodes see its writes.
+//! Consistency between nodes as plug-ins (DESIGN.md §3, "Consistency";
+//! Vilayannur et al. 2005 §3.6): a file's consistency is not one fixed rule
+//! but a plug-in with hooks before and after open, read, write and close,
+//! chosen per file and changeable while the system runs.
 //!
-//! Three plug-ins:
-//! * `close-to-open` (the default): close pushes the file's dirty blocks and
-//!   reports its size; open drops cached blocks of a file whose version
-//!   moved since they were cached.
-//! * `sprite` (Nelson, Welch & Ousterhout, as Biswas et al. 1993 §2 use
-//!   it): opens and closes go to the metadata server, which recalls the last
-//!   writer's dirty blocks and disables caching of write-shared files
-//!   ([`sprite`]); close pushes nothing (delayed write-back).
-//! * `none` (PVFS): no guarantee, no traffic; dirty blocks go down when the
-//!   write policy says.
+//! A plug-in is sans-IO: each hook takes the node's state of the file
+//! ([`NodeFile`]) and the time, changes the state, and returns [`Action`]s
+//! the driver carries out in order (push dirty blocks, report the size,
+//! drop cached blocks, open at the metadata server …). The daemons' node
+//! client and the simulator are its two drivers.
+//!
+//! The plug-ins, one file each, named as on the command line:
+//! * [`close_to_open`] (the default): close publishes, open revalidates.
+//! * [`sprite`]: opens and closes reach the metadata server, which recalls
+//!   the last writer's dirty blocks and disables caching of write-shared
+//!   files (Nelson, Welch & Ousterhout 1988, as Biswas et al. 1993 §2 use it).
+//! * [`nfs`]: as close-to-open, and attributes and data are revalidated
+//!   while open once they are older than a timeout (default 3 s).
+//! * [`session`]: the whole file is fetched at open and published at close
+//!   (AFS sessions, 2005 §3.6).
+//! * [`posix`]: nothing is cached on the node; every read sees every write
+//!   that completed before it.
+//! * [`none`] (PVFS): no guarantee and no traffic.
 
 pub mod close_to_open;
+pub mod nfs;
+pub mod none;
+pub mod posix;
+pub mod session;
 pub mod sprite;
 
+use crate::catalogue::split_params;
 use crate::error::PolicyError;
+use crate::time::{parse_span, Span, Time};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+/// The consistency plug-ins of the catalogue, with their parameters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConsistencyKind {
     #[default]
     CloseToOpen,
     Sprite,
+    Nfs {
+        /// How old attributes may get before a read revalidates them.
+        timeout: Span,
+    },
+    Session,
+    Posix,
     None,
 }
 
 impl ConsistencyKind {
-    pub const ALL: [ConsistencyKind; 3] = [
+    /// NFS clients' default attribute timeout is 3 to 60 s; 3 s is the
+    /// `acregmin` most start with.
+    pub const NFS_DEFAULT: ConsistencyKind = ConsistencyKind::Nfs {
+        timeout: Span(3_000_000_000),
+    };
+
+    /// Every plug-in, with default parameters.
+    pub const ALL: [ConsistencyKind; 6] = [
         ConsistencyKind::CloseToOpen,
         ConsistencyKind::Sprite,
+        ConsistencyKind::NFS_DEFAULT,
+        ConsistencyKind::Session,
+        ConsistencyKind::Posix,
         ConsistencyKind::None,
     ];
 
+    /// The bare catalogue name, without parameters.
     pub fn name(self) -> &'static str {
         match self {
             ConsistencyKind::CloseToOpen => "close-to-open",
             ConsistencyKind::Sprite => "sprite",
+            ConsistencyKind::Nfs { .. } => "nfs",
+            ConsistencyKind::Session => "session",
+            ConsistencyKind::Posix => "posix",
             ConsistencyKind::None => "none",
         }
     }
 
-    /// Whether close pushes the file's dirty blocks down.
-    pub fn flush_on_close(self) -> bool {
-        self == ConsistencyKind::CloseToOpen
-    }
-
-    /// Whether open revalidates cached blocks against the file's version.
-    pub fn revalidate_on_open(self) -> bool {
-        self != ConsistencyKind::None
-    }
-
-    /// Whether opens and closes are registered at the metadata server
-    /// (which may then call the node back).
-    pub fn opens_at_server(self) -> bool {
-        self == ConsistencyKind::Sprite
+    /// The plug-in itself.
+    pub fn build(self) -> Box<dyn Consistency> {
+        match self {
+            ConsistencyKind::CloseToOpen => Box::new(close_to_open::CloseToOpen),
+            ConsistencyKind::Sprite => Box::new(sprite::Sprite),
+            ConsistencyKind::Nfs { timeout } => Box::new(nfs::Nfs { timeout }),
+            ConsistencyKind::Session => Box::new(session::Session),
+            ConsistencyKind::Posix => Box::new(posix::Posix),
+            ConsistencyKind::None => Box::new(none::NoConsistency),
+        }
     }
 }
 
 impl fmt::Display for ConsistencyKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match *self {
+            ConsistencyKind::Nfs { timeout } if timeout != Span::from_secs(3) => write!(f, "nfs(timeout={timeout})"),
+            k => f.write_str(k.name()),
+        }
     }
 }
 
 impl FromStr for ConsistencyKind {
     type Err = PolicyError;
+    /// Accepts the names above and `nfs(timeout=10s)`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ConsistencyKind::ALL
+        let (name, params) = split_params(s)?;
+        let mut kind = ConsistencyKind::ALL
             .into_iter()
-            .find(|k| k.name() == s.trim())
+            .find(|k| k.name() == name)
             .ok_or_else(|| PolicyError::Unknown {
                 what: "consistency",
-                name: s.to_string(),
+                name: name.to_string(),
                 known: ConsistencyKind::ALL
                     .iter()
                     .map(|k| k.name())
                     .collect::<Vec<_>>()
                     .join(", "),
-            })
+            })?;
+        let bad = |detail: String| PolicyError::BadParameter {
+            policy: name.to_string(),
+            detail,
+        };
+        for (k, v) in params {
+            match (&mut kind, k) {
+                (ConsistencyKind::Nfs { timeout }, "timeout") => {
+                    *timeout = parse_span(v).ok_or_else(|| bad(format!("timeout '{v}'")))?
+                }
+                _ => return Err(bad(format!("unknown parameter '{k}'"))),
+            }
+        }
+        Ok(kind)
     }
+}
+
+/// The file as the metadata server has it at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerView {
+    pub size: u64,
+    /// Bumped by every size report and truncate.
+    pub version: u64,
+}
+
+/// What a node knows of a file it has touched: the state every plug-in
+/// reads and changes (one copy per file per node; the driver keeps no
+/// other).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFile {
+    /// The size as this node knows it (its own writes included).
+    pub size: u64,
+    /// The size the metadata server last told: what a failed write-back
+    /// falls back to, so no size is ever reported beyond the bytes the data
+    /// servers acknowledged.
+    pub known_size: u64,
+    /// Writes this node made to the file, counted.
+    pub writes: u64,
+    /// How many of those writes a size report has covered. Until it has,
+    /// the local size stands in for the file's size.
+    pub reported: u64,
+    /// The file's version when this node last validated its cached blocks.
+    pub version: u64,
+    /// When that was (`nfs` revalidates after a timeout).
+    pub validated_at: Time,
+    /// Open descriptions of the file on this node.
+    pub opens: u32,
+    /// Whether this node caches the file (off: reads and writes go to the
+    /// data servers).
+    pub cached: bool,
+}
+
+impl NodeFile {
+    /// A file first met with the server's view of it at `now`.
+    pub fn new(server: ServerView, now: Time) -> Self {
+        NodeFile {
+            size: server.size,
+            known_size: server.size,
+            writes: 0,
+            reported: 0,
+            version: server.version,
+            validated_at: now,
+            opens: 0,
+            cached: true,
+        }
+    }
+
+    /// Written since the size was last reported to the metadata server.
+    pub fn unreported(&self) -> bool {
+        self.writes > self.reported
+    }
+
+    /// This node wrote bytes up to `end` (counted before they land, so a
+    /// concurrent reader's clamp is right).
+    pub fn wrote(&mut self, end: u64) {
+        self.size = self.size.max(end);
+        self.writes += 1;
+    }
+
+    /// A size report covering the writes up to `upto` was answered with
+    /// `after`. Only when the report was the one change since this node
+    /// validated are its cached blocks current at the new version (see
+    /// [`close_to_open::after_report`]).
+    pub fn reported(&mut self, upto: u64, after: ServerView) {
+        self.version = close_to_open::after_report(self.version, after.version);
+        self.reported = self.reported.max(upto);
+        self.known_size = after.size;
+    }
+
+    /// Dirty blocks did not reach the data servers (they were dropped): the
+    /// size falls back to the server's, and nothing is left to report.
+    pub fn write_back_failed(&mut self) {
+        self.size = self.known_size;
+        self.reported = self.writes;
+    }
+
+    /// The file was cut or extended to `size` (its version is now `version`).
+    pub fn truncated(&mut self, size: u64, version: u64) {
+        self.size = size;
+        self.known_size = size;
+        self.reported = self.writes;
+        self.version = version;
+    }
+
+    /// The node's cached blocks were dropped: it now holds the file as the
+    /// server has it.
+    pub fn adopt(&mut self, server: ServerView, now: Time) {
+        self.version = server.version;
+        self.size = server.size;
+        self.known_size = server.size;
+        self.validated_at = now;
+    }
+}
+
+/// What the metadata server asks a node to do (`sprite`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Callback {
+    /// Write the file's dirty blocks down and report its size (the node was
+    /// the last writer; another node is opening the file).
+    Recall,
+    /// Write the file's dirty blocks down, drop its cached blocks, and send
+    /// its reads and writes to the servers until a later open says
+    /// otherwise (the file became write-shared).
+    Disable,
+}
+
+/// What a plug-in asks its driver to do, in the order returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Fetch the file's attributes from the metadata server; the driver
+    /// then calls [`Consistency::revalidated`] (at open: passes them to
+    /// [`Consistency::post_open`]).
+    FetchAttr,
+    /// Register the open at the metadata server, which may call other
+    /// nodes back first and answers whether this node may cache the file.
+    OpenAtServer { write: bool },
+    /// Tell the metadata server the open ended.
+    CloseAtServer { write: bool },
+    /// Write the file's dirty blocks to the data servers.
+    PushDirty,
+    /// Report the size this node wrote the file to, if a report is due
+    /// ([`NodeFile::unreported`]); the answer goes to [`NodeFile::reported`].
+    ReportSize,
+    /// Drop the file's cached blocks (after `PushDirty`: nothing is lost).
+    DropCached,
+    /// Take the server's latest view as validated ([`NodeFile::adopt`]).
+    Adopt,
+    /// Read the whole file into the node cache.
+    FetchWhole,
+}
+
+/// How the kernel above a mount may cache an open file's pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelCache {
+    /// Not at all: every read and write reaches the node (the node may stop
+    /// caching at any moment, or never caches).
+    Bypass,
+    /// Dropped at each open (the node revalidates there).
+    UntilOpen,
+    /// Kept across opens (no guarantee between nodes).
+    Keep,
+}
+
+/// A consistency plug-in: hooks before and after the operations on a file
+/// (Vilayannur et al. 2005, Fig. 6). Each hook may change the node's state
+/// of the file and returns what the driver must do. Hooks not defined do
+/// nothing.
+pub trait Consistency: fmt::Debug + Send + Sync {
+    /// The plug-in and its parameters.
+    fn kind(&self) -> ConsistencyKind;
+
+    /// Before an open: what to ask the metadata server (`FetchAttr` or
+    /// `OpenAtServer`), if anything.
+    fn pre_open(&self, file: &NodeFile, now: Time, write: bool) -> Vec<Action> {
+        let _ = (file, now, write);
+        vec![]
+    }
+
+    /// After the metadata server answered an open (`cacheable` is true
+    /// unless it said otherwise). The open is counted here.
+    fn post_open(&self, file: &mut NodeFile, now: Time, server: ServerView, cacheable: bool) -> Vec<Action> {
+        let _ = (now, server, cacheable);
+        file.opens += 1;
+        vec![]
+    }
+
+    /// Before a read of the file through this node.
+    fn pre_read(&self, file: &NodeFile, now: Time) -> Vec<Action> {
+        let _ = (file, now);
+        vec![]
+    }
+
+    /// The attributes a `FetchAttr` asked for outside an open arrived.
+    fn revalidated(&self, file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
+        let _ = (file, now, server);
+        vec![]
+    }
+
+    /// After a write up to `end` (already counted by [`NodeFile::wrote`];
+    /// `grew` if it extended the file as this node knew it).
+    fn post_write(&self, file: &mut NodeFile, now: Time, grew: bool) -> Vec<Action> {
+        let _ = now;
+        // Uncached, the bytes are at the data servers already: a size that
+        // grew goes to the metadata server at once.
+        if !file.cached && grew {
+            vec![Action::ReportSize]
+        } else {
+            vec![]
+        }
+    }
+
+    /// A descriptor of the file was closed (`close(2)`).
+    fn flush(&self, file: &mut NodeFile, now: Time) -> Vec<Action> {
+        let _ = (file, now);
+        vec![]
+    }
+
+    /// An open description (opened with `write`) went away. The open is
+    /// uncounted here.
+    fn release(&self, file: &mut NodeFile, now: Time, write: bool) -> Vec<Action> {
+        let _ = (now, write);
+        file.opens = file.opens.saturating_sub(1);
+        vec![]
+    }
+
+    /// The metadata server called this node back about the file.
+    fn called_back(&self, file: &mut NodeFile, cb: Callback) -> Vec<Action> {
+        let _ = (file, cb);
+        vec![Action::PushDirty, Action::ReportSize]
+    }
+
+    /// How the kernel above a mount may cache the file's pages.
+    fn kernel_cache(&self) -> KernelCache {
+        KernelCache::UntilOpen
+    }
+}
+
+/// The check close-to-open and its relatives make when they learn the
+/// server's view: if another node changed the file since this node
+/// validated it, push this node's own dirty blocks and size (they must not
+/// be lost or hidden), drop the cached blocks and take the server's
+/// version (Biswas et al. 1993 §2: "if it does not have the latest version,
+/// it removes the old file blocks").
+pub fn revalidate(file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
+    if close_to_open::at_open(file.version, server.version) == close_to_open::OpenAction::Drop {
+        vec![Action::PushDirty, Action::ReportSize, Action::DropCached, Action::Adopt]
+    } else {
+        file.validated_at = now;
+        vec![]
+    }
+}
+
+/// What stopping caching takes: dirty blocks down, cached ones dropped,
+/// the size reported.
+pub fn stop_caching(file: &mut NodeFile) -> Vec<Action> {
+    file.cached = false;
+    vec![Action::PushDirty, Action::DropCached, Action::ReportSize]
 }
 
 #[cfg(test)]
@@ -93,8 +386,31 @@ mod tests {
     fn names_round_trip_and_unknown_names_are_refused() {
         for k in ConsistencyKind::ALL {
             assert_eq!(k.name().parse::<ConsistencyKind>().unwrap(), k);
+            assert_eq!(k.to_string().parse::<ConsistencyKind>().unwrap(), k);
+            assert_eq!(k.build().kind(), k);
         }
         let e = "sprite2".parse::<ConsistencyKind>().unwrap_err().to_string();
-        assert!(e.contains("close-to-open"), "{e}");
+        assert!(e.contains("close-to-open") && e.contains("posix"), "{e}");
+        let k: ConsistencyKind = "nfs(timeout=10s)".parse().unwrap();
+        assert_eq!(k.to_string(), "nfs(timeout=10s)");
+        assert!("nfs(timeout=soon)".parse::<ConsistencyKind>().is_err());
+        assert!("sprite(timeout=1s)".parse::<ConsistencyKind>().is_err());
+    }
+
+    #[test]
+    fn node_file_bookkeeping() {
+        let mut f = NodeFile::new(ServerView { size: 10, version: 4 }, Time::ZERO);
+        f.wrote(100);
+        assert!(f.unreported());
+        assert_eq!(f.size, 100);
+        f.reported(1, ServerView { size: 100, version: 5 });
+        assert_eq!((f.version, f.known_size, f.unreported()), (5, 100, false));
+        f.wrote(200);
+        f.write_back_failed();
+        assert_eq!((f.size, f.unreported()), (100, false));
+        // Another node's change in between: the version is not taken.
+        f.wrote(300);
+        f.reported(3, ServerView { size: 300, version: 7 });
+        assert_eq!(f.version, 5);
     }
 }

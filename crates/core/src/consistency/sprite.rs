@@ -8,28 +8,73 @@
 //! so their reads and writes go to the servers; version numbers (kept by
 //! the metadata server) make an opener drop stale cached blocks.
 //!
-//! This is the metadata server's half, a pure state machine: it is told of
-//! opens, closes and nodes that went away, and answers with the callbacks
-//! the server must make before it replies to an open. The node's half is
-//! small (obey a callback; go uncached when told) and lives in the client.
+//! Both halves are here. The node's ([`Sprite`]) registers opens and
+//! closes at the metadata server and obeys its callbacks; the metadata
+//! server's ([`SpriteServer`]) is told of opens, closes and nodes that went
+//! away, and answers with the callbacks it must make before it replies to
+//! an open.
 
+use super::{
+    revalidate, stop_caching, Action, Callback, Consistency, ConsistencyKind, KernelCache, NodeFile, ServerView,
+};
+pub use crate::ids::{FileId, NodeId};
+use crate::time::{Span, Time};
 use std::collections::{BTreeMap, HashMap};
 
-/// A node (a client machine, or a mount: each has its own cache).
-pub type NodeId = u64;
-/// A file, by its metadata handle.
-pub type FileId = u64;
+/// The node's half.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sprite;
 
-/// What the server asks a node to do before an open may proceed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Callback {
-    /// Write the file's dirty blocks down and report its size (the node was
-    /// the last writer; another node is opening the file).
-    Recall,
-    /// Write the file's dirty blocks down, drop its cached blocks, and send
-    /// its reads and writes to the servers until it is told otherwise by a
-    /// later open (the file became write-shared).
-    Disable,
+impl Consistency for Sprite {
+    fn kind(&self) -> ConsistencyKind {
+        ConsistencyKind::Sprite
+    }
+
+    fn pre_open(&self, _file: &NodeFile, _now: Time, write: bool) -> Vec<Action> {
+        vec![Action::OpenAtServer { write }]
+    }
+
+    /// The server said whether this node may cache the file (it may have
+    /// become write-shared); the version check follows.
+    fn post_open(&self, file: &mut NodeFile, now: Time, server: ServerView, cacheable: bool) -> Vec<Action> {
+        file.opens += 1;
+        let mut acts = if !cacheable && file.cached {
+            stop_caching(file)
+        } else {
+            vec![]
+        };
+        acts.extend(revalidate(file, now, server));
+        file.cached = cacheable;
+        if !cacheable {
+            file.size = file.size.max(server.size);
+        }
+        acts
+    }
+
+    /// Delayed write-back: dirty blocks stay (the next opener elsewhere
+    /// recalls them); written uncached, the size goes now.
+    fn release(&self, file: &mut NodeFile, _now: Time, write: bool) -> Vec<Action> {
+        file.opens = file.opens.saturating_sub(1);
+        let mut acts = vec![];
+        if !file.cached {
+            acts.push(Action::ReportSize);
+        }
+        acts.push(Action::CloseAtServer { write });
+        acts
+    }
+
+    fn called_back(&self, file: &mut NodeFile, cb: Callback) -> Vec<Action> {
+        match cb {
+            Callback::Recall => vec![Action::PushDirty, Action::ReportSize],
+            Callback::Disable => stop_caching(file),
+        }
+    }
+
+    /// Caching may be disabled on this node at any moment while the file
+    /// is open (when another node starts to share it).
+    fn kernel_cache(&self) -> KernelCache {
+        KernelCache::Bypass
+    }
 }
 
 /// The server's answer to an open.
@@ -65,10 +110,58 @@ impl Sharing {
     }
 }
 
-/// The metadata server's record of who has which file open.
+/// How long a node has to answer a callback before it is taken to be gone
+/// (its opens dropped, the open that waited on it answered).
+pub const CALLBACK_TIMEOUT: Span = Span(10_000_000_000);
+/// A node that has not polled for callbacks for this long is taken to be
+/// gone when a callback for it comes up.
+pub const NODE_SILENT: Span = Span(25_000_000_000);
+
+/// A callback waiting for its node to collect it, or to answer it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queued {
+    pub id: u64,
+    pub file: FileId,
+    pub cb: Callback,
+}
+
+/// What an open needs before it is answered: the callbacks to wait for and
+/// the nodes that have new ones to collect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opening {
+    pub cacheable: bool,
+    pub wait: Vec<u64>,
+    pub notify: Vec<NodeId>,
+    /// Nodes found gone (silent too long): their opens were dropped.
+    pub gone: Vec<NodeId>,
+}
+
+/// A node as the server sees it: its uncollected callbacks and whether it
+/// is listening.
+#[derive(Debug, Default)]
+struct Link {
+    queue: Vec<Queued>,
+    polling: u32,
+    last_seen: Option<Time>,
+}
+
+impl Link {
+    fn alive(&self, now: Time) -> bool {
+        self.polling > 0 || self.last_seen.is_some_and(|t| now.since(t) < NODE_SILENT)
+    }
+}
+
+/// The metadata server's half: who has which file open, and the callbacks
+/// in flight with their deadlines. Held in memory: after a restart nobody
+/// has a file open, and a node with dirty blocks pushes them within its
+/// syncer's bound.
 #[derive(Debug, Default)]
 pub struct SpriteServer {
     files: HashMap<FileId, Sharing>,
+    links: HashMap<NodeId, Link>,
+    /// Callbacks not yet answered: their node and deadline.
+    outstanding: BTreeMap<u64, (NodeId, Time)>,
+    next_id: u64,
 }
 
 impl SpriteServer {
@@ -115,6 +208,98 @@ impl SpriteServer {
             cacheable: !s.uncached,
             callbacks,
         }
+    }
+
+    /// [`SpriteServer::open`] at `now` with the callback lifecycle: the
+    /// callbacks are queued for their nodes (a node silent for
+    /// [`NODE_SILENT`] is dropped instead) with a deadline of
+    /// [`CALLBACK_TIMEOUT`]; the driver answers the open once none of
+    /// `wait` is [`SpriteServer::waiting`] any more.
+    pub fn open_at(&mut self, now: Time, node: NodeId, file: FileId, write: bool) -> Opening {
+        self.links.entry(node).or_default().last_seen = Some(now);
+        let grant = self.open(node, file, write);
+        let mut o = Opening {
+            cacheable: grant.cacheable,
+            wait: vec![],
+            notify: vec![],
+            gone: vec![],
+        };
+        for (n, cb) in grant.callbacks {
+            if !self.links.get(&n).is_some_and(|l| l.alive(now)) {
+                self.drop_node(n);
+                o.gone.push(n);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            self.links.entry(n).or_default().queue.push(Queued { id, file, cb });
+            self.outstanding.insert(id, (n, now + CALLBACK_TIMEOUT));
+            o.wait.push(id);
+            o.notify.push(n);
+        }
+        o
+    }
+
+    /// `node` asks for its callbacks: those queued, or `None` when there
+    /// are none (the driver waits for a notification, then calls
+    /// [`SpriteServer::poll_ended`]).
+    pub fn poll(&mut self, now: Time, node: NodeId) -> Option<Vec<Queued>> {
+        let link = self.links.entry(node).or_default();
+        link.last_seen = Some(now);
+        if link.queue.is_empty() {
+            link.polling += 1;
+            None
+        } else {
+            Some(std::mem::take(&mut link.queue))
+        }
+    }
+
+    /// A poll that found nothing ends (notified or timed out).
+    pub fn poll_ended(&mut self, now: Time, node: NodeId) -> Vec<Queued> {
+        let link = self.links.entry(node).or_default();
+        link.polling = link.polling.saturating_sub(1);
+        link.last_seen = Some(now);
+        std::mem::take(&mut link.queue)
+    }
+
+    /// `node` did callback `id`.
+    pub fn answered(&mut self, node: NodeId, id: u64) {
+        if self.outstanding.get(&id).is_some_and(|(n, _)| *n == node) {
+            self.outstanding.remove(&id);
+        }
+    }
+
+    /// Whether any of `ids` is still unanswered.
+    pub fn waiting(&self, ids: &[u64]) -> bool {
+        ids.iter().any(|id| self.outstanding.contains_key(id))
+    }
+
+    /// The earliest deadline of an unanswered callback.
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.outstanding.values().map(|(_, t)| *t).min()
+    }
+
+    /// Nodes with a callback past its deadline are taken to be gone (their
+    /// opens dropped); returns them.
+    pub fn expire(&mut self, now: Time) -> Vec<NodeId> {
+        let mut late: Vec<NodeId> = self
+            .outstanding
+            .values()
+            .filter(|(_, t)| *t <= now)
+            .map(|(n, _)| *n)
+            .collect();
+        late.sort_unstable();
+        late.dedup();
+        for &n in &late {
+            self.drop_node(n);
+        }
+        late
+    }
+
+    fn drop_node(&mut self, node: NodeId) {
+        self.links.remove(&node);
+        self.outstanding.retain(|_, (n, _)| *n != node);
+        self.node_gone(node);
     }
 
     /// `node` closes `file`, opened with the same `write`. Dirty blocks may
@@ -348,5 +533,44 @@ mod tests {
                 prop_assert_eq!(s.openers(7), open.len());
             }
         }
+    }
+
+    #[test]
+    fn callbacks_are_queued_collected_answered_or_expire() {
+        let t = |s: u64| Time(s * 1_000_000_000);
+        let mut s = SpriteServer::new();
+        // Node 1 writes and closes; it polls, so it is alive.
+        s.open_at(t(0), 1, 7, true);
+        s.close(1, 7, true);
+        assert_eq!(s.poll(t(0), 1), None);
+        let o = s.open_at(t(1), 2, 7, false);
+        assert_eq!((o.wait.len(), o.notify.as_slice()), (1, &[1][..]));
+        assert!(s.waiting(&o.wait));
+        let got = s.poll_ended(t(1), 1);
+        assert_eq!(
+            got,
+            [Queued {
+                id: o.wait[0],
+                file: 7,
+                cb: Callback::Recall
+            }]
+        );
+        s.answered(1, got[0].id);
+        assert!(!s.waiting(&o.wait));
+        // Node 2 held it open for writing and never answers: after the
+        // deadline it is gone and the open waiting on it goes ahead.
+        s.close(2, 7, false);
+        s.open_at(t(2), 2, 7, true);
+        s.close(2, 7, true);
+        let o = s.open_at(t(3), 3, 7, false);
+        assert_eq!(s.next_deadline(), Some(t(3) + CALLBACK_TIMEOUT));
+        assert!(s.expire(t(12)).is_empty());
+        assert_eq!(s.expire(t(13)), [2]);
+        assert!(!s.waiting(&o.wait));
+        // A node silent too long is not called back at all.
+        s.open_at(t(20), 4, 8, true);
+        s.close(4, 8, true);
+        let o = s.open_at(t(60), 5, 8, false);
+        assert_eq!((o.wait.len(), o.gone.as_slice()), (0, &[4][..]));
     }
 }

@@ -1,7 +1,7 @@
 //! `lru` — replace the least recently used buffer (DESIGN.md §3).
 
 use super::{RecencyList, Replacement, ReplacementKind};
-use crate::cache::{BufId, ProcId};
+use crate::ids::{BufId, ProcId};
 
 /// Least recently used replacement: every unpinned, idle buffer is
 /// replaceable, oldest first.

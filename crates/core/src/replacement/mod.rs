@@ -14,8 +14,8 @@ pub use lru::Lru;
 pub use recency::RecencyList;
 pub use toss_immediately::TossImmediately;
 
-use crate::cache::{BufId, ProcId};
 use crate::error::PolicyError;
+use crate::ids::{BufId, ProcId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -62,6 +62,17 @@ impl ReplacementKind {
         match self {
             ReplacementKind::Lru => "lru",
             ReplacementKind::TossImmediately => "toss-immediately",
+        }
+    }
+
+    /// How many processes may have accesses in progress at once in a cache
+    /// of `buffers` buffers. Toss-immediately keeps every process's most
+    /// recently used block, even a process idle now (Kotz & Ellis 1992
+    /// §3.3): half the buffers stay free for the rest.
+    pub fn max_processes(self, buffers: usize) -> usize {
+        match self {
+            ReplacementKind::Lru => buffers,
+            ReplacementKind::TossImmediately => buffers / 2,
         }
     }
 

@@ -2,7 +2,7 @@
 //! the LRU-ordered policies. O(1) touch and remove, no allocation after
 //! construction.
 
-use crate::cache::BufId;
+use crate::ids::BufId;
 
 const NIL: u32 = u32::MAX;
 

@@ -4,8 +4,8 @@
 //! buffer tracks. The cache needs at least one buffer per process.
 
 use super::{RecencyList, Replacement, ReplacementKind};
-use crate::cache::{BufId, ProcId};
 use crate::error::PolicyError;
+use crate::ids::{BufId, ProcId};
 use rustc_hash::FxHashMap;
 
 /// Parallel toss-immediately replacement. Among replaceable buffers the

@@ -27,6 +27,7 @@ pub use write_full::WriteFull;
 pub use write_through::WriteThrough;
 
 use crate::block::BlockKey;
+use crate::catalogue::split_params;
 use crate::error::PolicyError;
 use crate::time::{parse_span, Span, Time};
 use serde::{Deserialize, Serialize};
@@ -133,6 +134,12 @@ impl WritePolicyKind {
         }
     }
 
+    /// Whether a write request returns only once its blocks are down
+    /// (write-through), so the driver waits for them.
+    pub fn write_waits(self) -> bool {
+        self == WritePolicyKind::WriteThrough
+    }
+
     pub fn build(self) -> Box<dyn WritePolicy> {
         match self {
             WritePolicyKind::WriteThrough => Box::new(WriteThrough),
@@ -165,17 +172,7 @@ impl FromStr for WritePolicyKind {
     /// Accepts `write-full`, `periodic`, `periodic(interval=5s,age=30s)`,
     /// `threshold(high=90%,low=50%)` and the like.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        let (name, params) = match s.find('(') {
-            Some(i) if s.ends_with(')') => (&s[..i], Some(&s[i + 1..s.len() - 1])),
-            Some(_) => {
-                return Err(PolicyError::BadParameter {
-                    policy: s.to_string(),
-                    detail: "missing ')'".into(),
-                })
-            }
-            None => (s, None),
-        };
+        let (name, params) = split_params(s)?;
         let mut kind = WritePolicyKind::ALL
             .into_iter()
             .find(|k| k.name() == name)
@@ -192,11 +189,7 @@ impl FromStr for WritePolicyKind {
             policy: name.to_string(),
             detail,
         };
-        for kv in params.unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| bad(format!("'{kv}' is not key=value")))?;
-            let (k, v) = (k.trim(), v.trim());
+        for (k, v) in params {
             match (&mut kind, k) {
                 (WritePolicyKind::Periodic { interval, .. }, "interval") => {
                     *interval = parse_span(v)

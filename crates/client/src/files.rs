@@ -1,0 +1,577 @@
+//! Files as this node holds them: the node's state of each file it has
+//! touched, and the driver of the file's consistency plug-in
+//! (`parcache_core::consistency`). A plug-in's hooks decide; this file
+//! carries out the [`Action`]s they return (push dirty blocks, report a
+//! size, drop cached blocks, open at the metadata server …) and never
+//! asks which plug-in runs.
+
+use crate::{from_below, from_driver, placement_of, Fs, FsError, Pool, Result};
+use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
+use parcache_core::FilePolicies;
+use parcache_proto::{Attr, Request, Response, SetAttr};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What this node holds of a file it has touched.
+#[derive(Clone)]
+pub(crate) struct FileState {
+    pub(crate) policies: FilePolicies,
+    plugin: Arc<dyn Consistency>,
+    pub(crate) pool: Arc<Pool>,
+    /// The plug-ins' state of the file (size, version, writes reported,
+    /// opens, cached).
+    pub(crate) file: NodeFile,
+    /// Orders this node's requests on the file: reads, writes and size
+    /// reports share it; a truncate or a revalidation holds it alone, so a
+    /// size report taken before a truncate cannot reach the metadata server
+    /// after it, and a read begun before a truncate cannot put the old bytes
+    /// back in the cache.
+    gate: Arc<tokio::sync::RwLock<()>>,
+    /// Unlinked (its last name) while open here: the metadata server keeps
+    /// it until the last open here ends.
+    orphan: bool,
+}
+
+fn view(a: &Attr) -> ServerView {
+    ServerView {
+        size: a.size,
+        version: a.version,
+    }
+}
+
+/// How much of a file `session`'s open reads into the node cache at most
+/// (the rest would only push the start out again).
+const FETCH_WHOLE_CHUNK: usize = 1 << 20;
+
+impl Fs {
+    /// This node's state of the file, learning its policies on first use.
+    pub(crate) async fn state(&self, a: &Attr) -> Result<FileState> {
+        if let Some(st) = self.files.lock().get(&a.handle) {
+            return Ok(st.clone());
+        }
+        let what = self.what(a.handle);
+        let settings = match self.md(&what, Request::GetPolicy { handle: a.handle }).await? {
+            Response::Policies(p) => p,
+            other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        };
+        self.learn(a, &settings)
+    }
+
+    /// Starts this node's state of a file from its policy settings (kept
+    /// if another task got there first).
+    pub(crate) fn learn(&self, a: &Attr, settings: &[(String, String)]) -> Result<FileState> {
+        let policies = FilePolicies::from_settings(settings);
+        let pool = self.pool(&policies)?;
+        self.data.place(a.handle, placement_of(a)?, a.size);
+        let st = FileState {
+            policies,
+            plugin: Arc::from(policies.consistency.build()),
+            pool,
+            file: NodeFile::new(view(a), self.now()),
+            gate: Arc::new(tokio::sync::RwLock::new(())),
+            orphan: false,
+        };
+        Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
+    }
+
+    /// Runs `f` on the node's state of the file (if it has one).
+    fn with_file<T: Default>(&self, handle: u64, f: impl FnOnce(&Arc<dyn Consistency>, &mut NodeFile) -> T) -> T {
+        match self.files.lock().get_mut(&handle) {
+            Some(st) => f(&st.plugin, &mut st.file),
+            None => T::default(),
+        }
+    }
+
+    /// The node's state of the file now (after actions changed it).
+    fn file_now(&self, handle: u64) -> Option<NodeFile> {
+        self.files.lock().get(&handle).map(|s| s.file.clone())
+    }
+
+    /// The policies the node cache applies to a file.
+    pub async fn policies_of(&self, a: &Attr) -> Result<FilePolicies> {
+        Ok(self.state(a).await?.policies)
+    }
+
+    /// How the kernel above a mount may cache the file's pages, as its
+    /// consistency plug-in says.
+    pub async fn kernel_cache(&self, a: &Attr) -> Result<KernelCache> {
+        Ok(self.state(a).await?.plugin.kernel_cache())
+    }
+
+    /// Carries out a plug-in's actions on a file, in order; `latest` is the
+    /// file as the metadata server last showed it, updated as answers come.
+    async fn run(&self, st: &FileState, handle: u64, acts: Vec<Action>, latest: &mut Attr) -> Result<()> {
+        let mut todo: VecDeque<Action> = acts.into();
+        while let Some(act) = todo.pop_front() {
+            match act {
+                Action::FetchAttr => {
+                    *latest = self.getattr(handle).await?;
+                    let now = self.now();
+                    let more = self.with_file(handle, |p, f| p.revalidated(f, now, view(latest)));
+                    todo.extend(more);
+                }
+                Action::OpenAtServer { write } => {
+                    // Only an open asks this, and `open` does it itself.
+                    return Err(FsError::Protocol(format!(
+                        "{}: a plug-in asked to open the file at the server outside an open (write {write})",
+                        self.what(handle)
+                    )));
+                }
+                Action::CloseAtServer { write } => {
+                    let req = Request::Close {
+                        handle,
+                        node: self.node,
+                        write,
+                    };
+                    self.md(&self.what(handle), req).await?;
+                }
+                Action::PushDirty => self.write_back(&st.pool, handle).await?,
+                Action::ReportSize => {
+                    if let Some(after) = self.report_attr(handle).await? {
+                        *latest = after;
+                    }
+                }
+                Action::DropCached => st.pool.discard_file(handle, 0).await,
+                Action::Adopt => {
+                    let now = self.now();
+                    self.with_file(handle, |_, f| f.adopt(view(latest), now));
+                    self.data.set_size(handle, latest.size, true);
+                }
+                Action::FetchWhole => self.fetch_whole(st, handle).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the file into the node cache (as much as its pool holds).
+    async fn fetch_whole(&self, st: &FileState, handle: u64) -> Result<()> {
+        let size = self.file_now(handle).map_or(0, |f| f.size);
+        let end = size.min(self.cache.pool_bytes);
+        let mut buf = vec![0u8; FETCH_WHOLE_CHUNK];
+        let mut at = 0;
+        while at < end {
+            let n = (end - at).min(FETCH_WHOLE_CHUNK as u64) as usize;
+            st.pool
+                .read(handle, at, &mut buf[..n])
+                .await
+                .map_err(|e| from_driver(self.what(handle), e))?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    /// A program opened the file (for writing if `write`); `a` are its
+    /// attributes fetched just before. Returns the attributes to use while
+    /// it is open. The file's plug-in decides what the open asks of the
+    /// metadata server (under `sprite`, the open itself, which may call
+    /// other nodes back and say this node may not cache the file) and what
+    /// happens to cached blocks (under `close-to-open`, those of a file
+    /// another node changed are dropped). The prefetch policy starts here.
+    pub async fn open(&self, a: &Attr, write: bool) -> Result<Attr> {
+        let st = self.state(a).await?;
+        let mut a = a.clone();
+        let mut cacheable = true;
+        let now = self.now();
+        let pre = self.with_file(a.handle, |p, f| p.pre_open(f, now, write));
+        for act in pre {
+            match act {
+                // `a` was fetched just now by the caller.
+                Action::FetchAttr => {}
+                Action::OpenAtServer { write } => {
+                    self.answer_callbacks();
+                    let what = self.what(a.handle);
+                    let req = Request::Open {
+                        handle: a.handle,
+                        node: self.node,
+                        write,
+                    };
+                    match self.md(&what, req).await? {
+                        Response::Opened { attr, cacheable: c } => {
+                            a = attr;
+                            cacheable = c;
+                        }
+                        other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+                    }
+                }
+                other => self.run(&st, a.handle, vec![other], &mut a).await?,
+            }
+        }
+        let _alone = st.gate.write().await;
+        let st = self.state(&a).await?;
+        let now = self.now();
+        let acts = self.with_file(a.handle, |p, f| p.post_open(f, now, view(&a), cacheable));
+        self.run(&st, a.handle, acts, &mut a).await?;
+        if let Some(f) = self.file_now(a.handle) {
+            if f.cached {
+                st.pool.open(a.handle, f.size.max(a.size));
+            }
+        }
+        Ok(a)
+    }
+
+    /// A program closed the file it opened with `write`: [`Fs::flush`]
+    /// then [`Fs::release`].
+    pub async fn close(&self, a: &Attr, write: bool) -> Result<()> {
+        self.flush(a).await?;
+        self.release(a, write).await
+    }
+
+    /// A descriptor of the file was closed (`close(2)`; a mount sees one for
+    /// every descriptor, duplicates too): under `close-to-open` the file's
+    /// dirty blocks go down and its size reaches the metadata server.
+    pub async fn flush(&self, a: &Attr) -> Result<()> {
+        let st = self.state(a).await?;
+        let now = self.now();
+        let acts = self.with_file(a.handle, |p, f| p.flush(f, now));
+        if acts.is_empty() {
+            return Ok(());
+        }
+        let _shared = st.gate.read().await;
+        self.run(&st, a.handle, acts, &mut a.clone()).await
+    }
+
+    /// An open description of the file (opened with `write`) went away:
+    /// under `sprite` the metadata server is told (dirty blocks stay: the
+    /// next opener elsewhere recalls them); the last one on this node stops
+    /// the file's prefetching, and ends an unlinked file.
+    pub async fn release(&self, a: &Attr, write: bool) -> Result<()> {
+        let st = self.state(a).await?;
+        let now = self.now();
+        let (acts, last, orphan) = match self.files.lock().get_mut(&a.handle) {
+            Some(s) => {
+                let acts = s.plugin.release(&mut s.file, now, write);
+                let last = s.file.opens == 0;
+                (acts, last, last && s.orphan)
+            }
+            None => (vec![], false, false),
+        };
+        if last {
+            st.pool.close(a.handle);
+        }
+        self.run(&st, a.handle, acts, &mut a.clone()).await?;
+        if orphan {
+            // Its last open here ended: the unlinked file goes now.
+            let req = Request::Forget { handle: a.handle };
+            if let Response::Attr(gone) = self.md(&self.what(a.handle), req).await? {
+                self.remove_data(&gone).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any file is open on this node.
+    pub(crate) fn any_open(&self) -> bool {
+        self.files.lock().values().any(|s| s.file.opens > 0)
+    }
+
+    /// Marks the file an orphan if it is open here (it is being unlinked);
+    /// returns whether it was.
+    pub(crate) fn orphan_if_open(&self, handle: u64) -> bool {
+        match self.files.lock().get_mut(&handle) {
+            Some(s) if s.file.opens > 0 => {
+                s.orphan = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts the task that answers the metadata server's `sprite`
+    /// callbacks, once: it keeps one poll outstanding and does each
+    /// callback it gets, then acknowledges it.
+    fn answer_callbacks(&self) {
+        if self.answering.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = self.me.clone();
+        let (mds, node) = (self.mds.clone(), self.node);
+        tokio::spawn(async move {
+            loop {
+                if me.strong_count() == 0 {
+                    return;
+                }
+                let got = match mds.call(&Request::Callbacks { node }, &[]).await {
+                    Ok((Response::Callbacks(c), _)) => c,
+                    Ok(_) => vec![],
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                for (id, handle, cb) in got {
+                    let Some(fs) = me.upgrade() else { return };
+                    tokio::spawn(async move {
+                        let core_cb = match cb {
+                            parcache_proto::Callback::Recall => Callback::Recall,
+                            parcache_proto::Callback::Disable => Callback::Disable,
+                        };
+                        if let Err(e) = fs.called_back(handle, core_cb).await {
+                            tracing::warn!("callback {cb:?} for handle {handle}: {e}");
+                        }
+                        let _ = fs.mds.call(&Request::CalledBack { node: fs.node, id }, &[]).await;
+                    });
+                }
+            }
+        });
+    }
+
+    /// Does what the metadata server asked of this node for a file.
+    async fn called_back(&self, handle: u64, cb: Callback) -> Result<()> {
+        let Some(st) = self.files.lock().get(&handle).cloned() else {
+            return Ok(()); // never touched here: nothing cached
+        };
+        let _alone = st.gate.write().await;
+        let acts = self.with_file(handle, |p, f| p.called_back(f, cb));
+        let mut latest = self.getattr(handle).await?;
+        self.run(&st, handle, acts, &mut latest).await
+    }
+
+    /// Returns when every byte written to the file is in the data servers'
+    /// durable logs and its size and times are at the metadata server.
+    pub async fn fsync(&self, a: &Attr) -> Result<()> {
+        let st = self.state(a).await?;
+        let _shared = st.gate.read().await;
+        self.write_back(&st.pool, a.handle).await?;
+        self.report_attr(a.handle).await?;
+        self.data.sync(a.handle).await?;
+        self.md(&self.what(a.handle), Request::Sync).await?;
+        Ok(())
+    }
+
+    /// Writes the file's dirty blocks down. If any failed (a data server
+    /// died with them), the node forgets what it held of the file and its
+    /// size falls back to the one the metadata server has: no size is
+    /// reported beyond the bytes the data servers acknowledged, and no
+    /// read here returns bytes they do not have. The failure is returned
+    /// (to the `close` or `fsync` that asked).
+    pub(crate) async fn write_back(&self, pool: &Pool, handle: u64) -> Result<()> {
+        let Err(e) = pool.flush_file(handle).await else {
+            return Ok(());
+        };
+        tracing::warn!("handle {handle}: written bytes did not reach the data servers: {e}");
+        pool.discard_file(handle, 0).await;
+        self.with_file(handle, |_, f| f.write_back_failed());
+        Err(from_below(self.what(handle), e))
+    }
+
+    /// Tells the metadata server the size this node wrote the file to, if
+    /// a report is due; the file's attributes after.
+    pub(crate) async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
+        let (size, upto, old) = match self.files.lock().get(&handle) {
+            Some(s) if s.file.unreported() => (s.file.size, s.file.writes, s.file.known_size),
+            _ => return Ok(None),
+        };
+        // Every part as long as the size about to be reported says.
+        self.data.extend_parts(handle, old, size).await?;
+        let attr = self
+            .md_attr(&self.what(handle), Request::Written { handle, size })
+            .await?;
+        self.with_file(handle, |_, f| f.reported(upto, view(&attr)));
+        self.data.set_size(handle, attr.size, false);
+        Ok(Some(attr))
+    }
+
+    /// Pushes every dirty block of every file and reports sizes; call it
+    /// before the program exits (the `parcache` commands do).
+    pub async fn shutdown(&self) -> Result<()> {
+        let mut first = None;
+        // File by file, so a file whose bytes did not all reach the data
+        // servers does not have its size reported (see `write_back`).
+        let files: Vec<(u64, Arc<Pool>)> = self.files.lock().iter().map(|(&h, s)| (h, s.pool.clone())).collect();
+        for (h, pool) in files {
+            let r = match self.write_back(&pool, h).await {
+                Ok(()) => self.report_attr(h).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        }
+        let pools: Vec<Arc<Pool>> = self.pools.lock().values().cloned().collect();
+        for p in pools {
+            if let Err(e) = p.flush_all().await {
+                first.get_or_insert(from_below("node cache".into(), e));
+            }
+        }
+        if first.is_none() {
+            first = self.sync_all().await.err();
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// The node learns a file's policies again at its next use: its dirty
+    /// blocks go down first (and its size), and its cached ones are
+    /// dropped. A file open here keeps its opens under the new plug-in, so
+    /// a running program switches without losing anything.
+    pub(crate) async fn forget_policies(&self, handle: u64) -> Result<()> {
+        let Some(st) = self.files.lock().get(&handle).cloned() else {
+            return Ok(());
+        };
+        let _alone = st.gate.write().await;
+        self.write_back(&st.pool, handle).await?;
+        self.report_attr(handle).await?;
+        st.pool.discard_file(handle, 0).await;
+        let a = self.getattr(handle).await?;
+        let settings = match self.md(&self.what(handle), Request::GetPolicy { handle }).await? {
+            Response::Policies(p) => p,
+            other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        };
+        let policies = FilePolicies::from_settings(&settings);
+        let pool = self.pool(&policies)?;
+        let now = self.now();
+        let mut file = NodeFile::new(view(&a), now);
+        file.opens = st.file.opens;
+        if let Some(s) = self.files.lock().get_mut(&handle) {
+            s.policies = policies;
+            s.plugin = Arc::from(policies.consistency.build());
+            s.pool = pool.clone();
+            s.file = file.clone();
+        }
+        if file.opens > 0 {
+            // Open under the new plug-in as an open would (an uncached
+            // plug-in stops caching; prefetching restarts in the new pool).
+            let st = self.state(&a).await?;
+            let acts = self.with_file(handle, |p, f| {
+                f.opens -= 1;
+                p.post_open(f, now, view(&a), true)
+            });
+            self.run(&st, handle, acts, &mut a.clone()).await?;
+            if self.file_now(handle).is_some_and(|f| f.cached) {
+                pool.open(handle, a.size);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn remove_data(&self, a: &Attr) -> Result<()> {
+        let known = self.files.lock().remove(&a.handle);
+        if let Some(st) = known {
+            st.pool.discard_file(a.handle, 0).await;
+        }
+        if let Some(l) = &a.layout {
+            self.data.remove(a.handle, &l.servers).await?;
+        }
+        self.data.forget(a.handle);
+        Ok(())
+    }
+
+    /// The size of a file as this node wrote it, while the metadata server
+    /// does not know it yet (`None` when it does).
+    pub fn local_size(&self, handle: u64) -> Option<u64> {
+        self.files
+            .lock()
+            .get(&handle)
+            .filter(|s| s.file.unreported())
+            .map(|s| s.file.size)
+    }
+
+    /// Sets a file's size: dirty blocks go down first, the node's cached
+    /// blocks of the file are dropped, the data servers cut or extend their
+    /// parts and the metadata server records the size.
+    pub async fn truncate(&self, a: &Attr, size: u64) -> Result<Attr> {
+        let what = self.what(a.handle);
+        let st = self.state(a).await?;
+        let _alone = st.gate.write().await;
+        st.pool
+            .flush_file(a.handle)
+            .await
+            .map_err(|e| from_below(what.clone(), e))?;
+        st.pool.discard_file(a.handle, 0).await;
+        self.data.truncate(a.handle, size).await?;
+        let set = SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        let attr = self.md_attr(&what, Request::SetAttr { handle: a.handle, set }).await?;
+        self.with_file(a.handle, |_, f| f.truncated(size, attr.version));
+        self.data.set_size(a.handle, size, true);
+        Ok(attr)
+    }
+
+    /// Writes `data` at `offset` into the node cache; the file's write
+    /// policy decides when it goes to the data servers (`write-through`:
+    /// before this returns). [`Fs::fsync`] makes it durable. Uncached
+    /// (`posix`, or `sprite` while write-shared), the bytes go to the data
+    /// servers before this returns.
+    pub async fn write_at(&self, a: &Attr, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let st = self.state(a).await?;
+        let _shared = st.gate.read().await;
+        let st = self.state(a).await?;
+        let end = offset + data.len() as u64;
+        let now = self.now();
+        if !st.file.cached {
+            self.data.write(a.handle, offset, data).await?;
+        }
+        // Counted before cached bytes land, so a concurrent reader's clamp is right.
+        let acts = self.with_file(a.handle, |p, f| {
+            let grew = end > f.size;
+            f.wrote(end);
+            p.post_write(f, now, grew)
+        });
+        if st.file.cached {
+            st.pool
+                .write(a.handle, offset, data)
+                .await
+                .map_err(|e| from_driver(self.what(a.handle), e))?;
+        }
+        self.run(&st, a.handle, acts, &mut a.clone()).await
+    }
+
+    /// Reads up to `len` bytes at `offset` (holes read as zeros), through
+    /// the node cache; stops at the end of the file as this node knows it.
+    pub async fn read_at(&self, a: &Attr, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let st = self.state(a).await?;
+        // Uncached, another node may have grown the file: read_into asks.
+        let known = if st.file.cached {
+            st.file.size.max(a.size)
+        } else {
+            u64::MAX
+        };
+        let end = known.min(offset.saturating_add(len));
+        let mut out = vec![0u8; end.saturating_sub(offset) as usize];
+        let n = self.read_into(a, offset, &mut out).await?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Reads into `buf` at `offset`; returns how many bytes the file had
+    /// there (fewer than asked at its end). A cache hit costs one copy.
+    pub async fn read_into(&self, a: &Attr, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let st = self.state(a).await?;
+        let now = self.now();
+        let pre = self.with_file(a.handle, |p, f| p.pre_read(f, now));
+        let mut a = a.clone();
+        if !pre.is_empty() {
+            // Revalidation may drop cached blocks: no read in between.
+            let _alone = st.gate.write().await;
+            self.run(&st, a.handle, pre, &mut a).await?;
+        }
+        let _shared = st.gate.read().await;
+        let st = self.state(&a).await?;
+        if !st.file.cached {
+            // The size and the bytes as the servers have them now.
+            let size = st.file.size.max(self.getattr(a.handle).await?.size);
+            let end = size.min(offset.saturating_add(buf.len() as u64));
+            if offset >= end {
+                return Ok(0);
+            }
+            let got = self.data.read(a.handle, offset, end - offset).await?;
+            buf[..got.len()].copy_from_slice(&got);
+            return Ok(got.len());
+        }
+        let end = st.file.size.max(a.size).min(offset.saturating_add(buf.len() as u64));
+        if offset >= end {
+            return Ok(0);
+        }
+        let n = (end - offset) as usize;
+        st.pool
+            .read(a.handle, offset, &mut buf[..n])
+            .await
+            .map_err(|e| from_driver(self.what(a.handle), e))?;
+        Ok(n)
+    }
+}

@@ -1,0 +1,382 @@
+//! The namespace: paths and names resolved at the metadata server, files
+//! and directories made and removed, extended attributes, and the policy
+//! settings of files and directories.
+
+use crate::{Fs, FsError, Result};
+use parcache_core::FilePolicies;
+use parcache_proto::{show_name, Attr, DirEntry, ErrorCode, FileKind, Request, Response, SetAttr, ROOT};
+
+impl Fs {
+    /// Resolves an absolute path (symbolic links in the middle are not followed).
+    pub async fn resolve(&self, path: &str) -> Result<Attr> {
+        let mut cur = self.md_attr(path, Request::GetAttr { handle: ROOT }).await?;
+        for name in path.split('/').filter(|c| !c.is_empty()) {
+            if cur.kind != FileKind::Dir {
+                return Err(FsError::Remote {
+                    path: path.into(),
+                    code: ErrorCode::NotDir,
+                    message: format!("'{name}' is under something that is not a directory"),
+                });
+            }
+            cur = self
+                .md_attr(
+                    path,
+                    Request::Lookup {
+                        parent: cur.handle,
+                        name: name.as_bytes().to_vec(),
+                    },
+                )
+                .await?;
+        }
+        self.name(&cur, path);
+        Ok(cur)
+    }
+
+    /// The parent directory of `path` and the last name.
+    pub async fn parent(&self, path: &str) -> Result<(Attr, String)> {
+        let p = path.trim_end_matches('/');
+        let (dir, name) = p.rsplit_once('/').unwrap_or(("", p));
+        if name.is_empty() {
+            return Err(FsError::Remote {
+                path: path.into(),
+                code: ErrorCode::Invalid,
+                message: "the root has no parent".into(),
+            });
+        }
+        Ok((
+            self.resolve(if dir.is_empty() { "/" } else { dir }).await?,
+            name.to_string(),
+        ))
+    }
+
+    pub async fn getattr(&self, handle: u64) -> Result<Attr> {
+        self.md_attr(&self.what(handle), Request::GetAttr { handle }).await
+    }
+
+    pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Attr> {
+        let (dir, name) = self.parent(path).await?;
+        let a = self.create_at(dir.handle, name.as_bytes(), mode, exclusive).await?;
+        self.name(&a, path);
+        Ok(a)
+    }
+
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Attr> {
+        let (dir, name) = self.parent(path).await?;
+        self.mkdir_at(dir.handle, name.as_bytes(), mode).await
+    }
+
+    pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let d = self.resolve(path).await?;
+        self.readdir_handle(d.handle).await
+    }
+
+    /// Removes a file; its data goes from the data servers when its last link does.
+    pub async fn unlink(&self, path: &str) -> Result<()> {
+        let (dir, name) = self.parent(path).await?;
+        self.unlink_at(dir.handle, name.as_bytes()).await
+    }
+
+    pub async fn rmdir(&self, path: &str) -> Result<()> {
+        let (dir, name) = self.parent(path).await?;
+        self.rmdir_at(dir.handle, name.as_bytes()).await
+    }
+
+    /// Renames, replacing an existing target (whose data goes if it was the last link).
+    pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let (d1, n1) = self.parent(from).await?;
+        let (d2, n2) = self.parent(to).await?;
+        self.rename_at(d1.handle, n1.as_bytes(), d2.handle, n2.as_bytes()).await
+    }
+
+    // Handle-based calls, as a mount sees the namespace: (directory, name).
+    // Names are bytes (any but `/` and NUL), as the kernel gives them.
+
+    /// The entry `name` of directory `parent`.
+    pub async fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let req = Request::Lookup {
+            parent,
+            name: name.to_vec(),
+        };
+        let shown = show_name(name);
+        let a = self.md_attr(&shown, req).await?;
+        self.name(&a, &shown);
+        Ok(a)
+    }
+
+    pub async fn create_at(&self, parent: u64, name: &[u8], mode: u32, exclusive: bool) -> Result<Attr> {
+        let req = Request::Create {
+            parent,
+            name: name.to_vec(),
+            mode,
+            exclusive,
+        };
+        let shown = show_name(name);
+        match self.md(&shown, req).await? {
+            Response::Created { attr, policies } => {
+                self.name(&attr, &shown);
+                self.learn(&attr, &policies)?;
+                Ok(attr)
+            }
+            other => Err(FsError::Protocol(format!("{shown}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn mkdir_at(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        let req = Request::Mkdir {
+            parent,
+            name: name.to_vec(),
+            mode,
+        };
+        self.md_attr(&show_name(name), req).await
+    }
+
+    /// A special file (fifo, character or block device, socket): metadata
+    /// only, never opened through the data path.
+    pub async fn mknod_at(&self, parent: u64, name: &[u8], mode: u32, kind: FileKind, rdev: u32) -> Result<Attr> {
+        let req = Request::Mknod {
+            parent,
+            name: name.to_vec(),
+            mode,
+            kind,
+            rdev,
+        };
+        self.md_attr(&show_name(name), req).await
+    }
+
+    /// Every entry of a directory, fetched in pages (a directory of any
+    /// size lists whole).
+    pub async fn readdir_handle(&self, handle: u64) -> Result<Vec<DirEntry>> {
+        let what = format!("directory {}", self.what(handle));
+        let mut all: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone());
+            match self.md(&what, Request::ReadDir { handle, after }).await? {
+                Response::Entries { entries, more } => {
+                    let progressed = !entries.is_empty();
+                    all.extend(entries);
+                    if !more || !progressed {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+            }
+        }
+    }
+
+    /// Removes a name. A file open on this node keeps its data until the
+    /// last open here ends (POSIX), as an orphan at the metadata server.
+    pub async fn unlink_at(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let mut keep_open = false;
+        if self.any_open() {
+            if let Ok(a) = self.lookup(parent, name).await {
+                keep_open = self.orphan_if_open(a.handle);
+            }
+        }
+        let req = Request::Unlink {
+            parent,
+            name: name.to_vec(),
+            keep_open,
+        };
+        if let Response::Attr(gone) = self.md(&show_name(name), req).await? {
+            self.remove_data(&gone).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn rmdir_at(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let req = Request::Rmdir {
+            parent,
+            name: name.to_vec(),
+        };
+        self.md(&show_name(name), req).await.map(|_| ())
+    }
+
+    pub async fn rename_at(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) -> Result<()> {
+        let req = Request::Rename {
+            parent,
+            name: name.to_vec(),
+            new_parent,
+            new_name: new_name.to_vec(),
+        };
+        if let Response::Attr(gone) = self.md(&show_name(name), req).await? {
+            self.remove_data(&gone).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn symlink_at(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        let req = Request::Symlink {
+            parent,
+            name: name.to_vec(),
+            target: target.to_vec(),
+        };
+        self.md_attr(&show_name(name), req).await
+    }
+
+    pub async fn readlink(&self, handle: u64) -> Result<Vec<u8>> {
+        let what = self.what(handle);
+        match self.md(&what, Request::ReadLink { handle }).await? {
+            Response::Target(t) => Ok(t),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// A hard link to `handle` as `new_name` in `new_parent`.
+    pub async fn link_at(&self, handle: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
+        let req = Request::Link {
+            handle,
+            new_parent,
+            new_name: new_name.to_vec(),
+        };
+        self.md_attr(&show_name(new_name), req).await
+    }
+
+    /// Sets extended attribute `name` (`flags`: 1 create only, 2 replace only).
+    pub async fn set_xattr(&self, handle: u64, name: &str, value: &[u8], flags: u32) -> Result<()> {
+        let req = Request::SetXattr {
+            handle,
+            name: name.into(),
+            flags,
+        };
+        let what = self.what(handle);
+        match self.mds.call(&req, value).await?.0 {
+            Response::Ok => Ok(()),
+            Response::Error(e) => Err(FsError::Remote {
+                path: what,
+                code: e.code,
+                message: e.message,
+            }),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn get_xattr(&self, handle: u64, name: &str) -> Result<Vec<u8>> {
+        let what = self.what(handle);
+        let req = Request::GetXattr {
+            handle,
+            name: name.into(),
+        };
+        match self.mds.call(&req, &[]).await? {
+            (Response::Data { .. }, v) => Ok(v.to_vec()),
+            (Response::Error(e), _) => Err(FsError::Remote {
+                path: what,
+                code: e.code,
+                message: e.message,
+            }),
+            (other, _) => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn list_xattr(&self, handle: u64) -> Result<Vec<String>> {
+        let what = self.what(handle);
+        match self.md(&what, Request::ListXattr { handle }).await? {
+            Response::Names(n) => Ok(n),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn remove_xattr(&self, handle: u64, name: &str) -> Result<()> {
+        let req = Request::RemoveXattr {
+            handle,
+            name: name.into(),
+        };
+        self.md(&self.what(handle), req).await.map(|_| ())
+    }
+
+    /// A file's policy settings with where each came from: (key, value,
+    /// inherited from its directory at create).
+    pub async fn policy_origins(&self, handle: u64) -> Result<Vec<(String, String, bool)>> {
+        let what = self.what(handle);
+        match self.md(&what, Request::ExplainPolicy { handle }).await? {
+            Response::Origins(o) => Ok(o),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// A file's or directory's effective policies, (key, value, origin),
+    /// sorted by key: each set on it (`"set"`), copied from its directory
+    /// when it was made (`"inherited"`), or the node cache's default
+    /// (`"default"`).
+    pub async fn effective_policies(&self, handle: u64) -> Result<Vec<(String, String, &'static str)>> {
+        let mut all: Vec<(String, String, &'static str)> = self
+            .policy_origins(handle)
+            .await?
+            .into_iter()
+            .map(|(k, v, inherited)| (k, v, if inherited { "inherited" } else { "set" }))
+            .collect();
+        for (k, v) in FilePolicies::default().settings() {
+            if !all.iter().any(|(key, _, _)| *key == k) {
+                all.push((k.to_string(), v, "default"));
+            }
+        }
+        all.sort();
+        Ok(all)
+    }
+
+    /// Removes a policy setting: the file or directory falls back to the
+    /// default (the node cache drops what it held under the old policy).
+    pub async fn unset_policy_handle(&self, handle: u64, key: &str) -> Result<Vec<(String, String)>> {
+        let what = self.what(handle);
+        let req = Request::UnsetPolicy {
+            handle,
+            key: key.into(),
+        };
+        match self.md(&what, req).await? {
+            Response::Policies(p) => {
+                self.forget_policies(handle).await?;
+                Ok(p)
+            }
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sets a policy of a file or directory by handle (see [`Fs::set_policy`]).
+    pub async fn set_policy_handle(&self, handle: u64, key: &str, value: &str) -> Result<Vec<(String, String)>> {
+        let what = self.what(handle);
+        let req = Request::SetPolicy {
+            handle,
+            key: key.into(),
+            value: value.into(),
+        };
+        match self.md(&what, req).await? {
+            Response::Policies(p) => {
+                self.forget_policies(handle).await?;
+                Ok(p)
+            }
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn get_policy_handle(&self, handle: u64) -> Result<Vec<(String, String)>> {
+        let what = self.what(handle);
+        match self.md(&what, Request::GetPolicy { handle }).await? {
+            Response::Policies(p) => Ok(p),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Changes mode, owner or times (a size goes through [`Fs::truncate`]).
+    pub async fn setattr(&self, handle: u64, set: SetAttr) -> Result<Attr> {
+        self.md_attr(&self.what(handle), Request::SetAttr { handle, set }).await
+    }
+
+    pub async fn set_policy(&self, path: &str, key: &str, value: &str) -> Result<Vec<(String, String)>> {
+        let a = self.resolve(path).await?;
+        self.set_policy_handle(a.handle, key, value).await.map_err(|e| match e {
+            FsError::Remote { code, message, .. } => FsError::Remote {
+                path: path.to_string(),
+                code,
+                message,
+            },
+            e => e,
+        })
+    }
+
+    pub async fn get_policy(&self, path: &str) -> Result<Vec<(String, String)>> {
+        let a = self.resolve(path).await?;
+        match self.md(path, Request::GetPolicy { handle: a.handle }).await? {
+            Response::Policies(p) => Ok(p),
+            other => Err(FsError::Protocol(format!("{path}: unexpected reply {other:?}"))),
+        }
+    }
+}

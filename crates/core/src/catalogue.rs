@@ -1,0 +1,184 @@
+//! The policy catalogue by name (DESIGN.md §3): the keys a file or
+//! directory can carry, their values checked and written in one canonical
+//! form, and a file's policies read from its settings. Every part of
+//! parcache (metadata server, node client, command line) parses policy
+//! names here and nowhere else.
+
+use crate::consistency::ConsistencyKind;
+use crate::error::PolicyError;
+use crate::prefetch::PrefetchKind;
+use crate::replacement::ReplacementKind;
+use crate::write::WritePolicyKind;
+
+/// The policy keys a file or directory can carry.
+pub const POLICY_KEYS: [&str; 6] = [
+    "write",
+    "replacement",
+    "prefetch",
+    "consistency",
+    "stripe_unit",
+    "stripe_width",
+];
+
+/// Checks a setting and returns its value in canonical form (what the
+/// metadata server stores and `policy get` shows).
+pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
+    let bad = |detail: String| PolicyError::BadParameter {
+        policy: key.to_string(),
+        detail,
+    };
+    Ok(match key {
+        "write" => value.parse::<WritePolicyKind>()?.to_string(),
+        "replacement" => value.parse::<ReplacementKind>()?.to_string(),
+        "prefetch" => value.parse::<PrefetchKind>()?.to_string(),
+        "consistency" => value.parse::<ConsistencyKind>()?.to_string(),
+        "stripe_unit" => parse_size(value)
+            .filter(|n| (512..=16 << 20).contains(n))
+            .ok_or_else(|| bad(format!("'{value}' must be a size from 512 to 16M (e.g. 64K)")))?
+            .to_string(),
+        "stripe_width" => value
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| bad(format!("'{value}' must be a positive number of servers")))?
+            .to_string(),
+        _ => {
+            return Err(PolicyError::UnknownKey {
+                key: key.to_string(),
+                known: POLICY_KEYS.join(", "),
+            })
+        }
+    })
+}
+
+/// Parses `65536`, `64K`, `1M`, `2G`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (n, m) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.trim().parse::<u64>().ok()?.checked_mul(m)
+}
+
+/// A policy's name and its `key=value` parameters.
+pub type Named<'a> = (&'a str, Vec<(&'a str, &'a str)>);
+
+/// Splits `name(k=v, k2=v2)` into the name and its parameters.
+pub fn split_params(s: &str) -> Result<Named<'_>, PolicyError> {
+    let s = s.trim();
+    let (name, params) = match s.find('(') {
+        Some(i) if s.ends_with(')') => (s[..i].trim(), &s[i + 1..s.len() - 1]),
+        Some(_) => {
+            return Err(PolicyError::BadParameter {
+                policy: s.to_string(),
+                detail: "missing ')'".into(),
+            })
+        }
+        None => (s, ""),
+    };
+    let mut out = Vec::new();
+    for kv in params.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = kv.split_once('=').ok_or_else(|| PolicyError::BadParameter {
+            policy: name.to_string(),
+            detail: format!("'{kv}' is not key=value"),
+        })?;
+        out.push((k.trim(), v.trim()));
+    }
+    Ok((name, out))
+}
+
+/// The policies a node applies to one file: its settings at the metadata
+/// server, with defaults for those not set.
+///
+/// Defaults (docs/client.md says why): `write-full` (a block goes to the
+/// data servers as soon as it is completely written, so streaming writes
+/// leave the node at once and little dirty data waits; Kotz & Ellis 1992
+/// found it the best write policy for parallel writers), `lru`,
+/// `one-block-ahead` prefetch, and `close-to-open` consistency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FilePolicies {
+    pub write: WritePolicyKind,
+    pub replacement: ReplacementKind,
+    pub prefetch: PrefetchKind,
+    pub consistency: ConsistencyKind,
+}
+
+impl Default for FilePolicies {
+    fn default() -> Self {
+        FilePolicies {
+            write: WritePolicyKind::WriteFull,
+            replacement: ReplacementKind::Lru,
+            prefetch: PrefetchKind::OneBlockAhead,
+            consistency: ConsistencyKind::CloseToOpen,
+        }
+    }
+}
+
+impl FilePolicies {
+    /// Reads settings the metadata server holds (checked by
+    /// [`check_setting`] when set); layout keys are not the cache's
+    /// business.
+    pub fn from_settings(settings: &[(String, String)]) -> Self {
+        let mut p = FilePolicies::default();
+        for (k, v) in settings {
+            match k.as_str() {
+                "write" => p.write = v.parse().unwrap_or(p.write),
+                "replacement" => p.replacement = v.parse().unwrap_or(p.replacement),
+                "prefetch" => p.prefetch = v.parse().unwrap_or(p.prefetch),
+                "consistency" => p.consistency = v.parse().unwrap_or(p.consistency),
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// The policies as settings (key, value), as `policy set` takes them.
+    pub fn settings(&self) -> [(&'static str, String); 4] {
+        [
+            ("write", self.write.to_string()),
+            ("replacement", self.replacement.to_string()),
+            ("prefetch", self.prefetch.to_string()),
+            ("consistency", self.consistency.to_string()),
+        ]
+    }
+
+    /// Files with the same replacement, write and prefetch policies share a
+    /// pool of the node cache.
+    pub fn pool_key(&self) -> (ReplacementKind, WritePolicyKind, PrefetchKind) {
+        (self.replacement, self.write, self.prefetch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_override_defaults_and_layout_keys_are_ignored() {
+        let s = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let p = FilePolicies::from_settings(&[
+            s("write", "write-back"),
+            s("stripe_unit", "1M"),
+            s("consistency", "none"),
+        ]);
+        assert_eq!(p.write, WritePolicyKind::WriteBack);
+        assert_eq!(p.replacement, ReplacementKind::Lru);
+        assert_eq!(p.consistency, ConsistencyKind::None);
+        assert_eq!(FilePolicies::from_settings(&[]), FilePolicies::default());
+    }
+
+    #[test]
+    fn settings_are_checked_and_made_canonical() {
+        assert_eq!(check_setting("consistency", " nfs(timeout=3s) ").unwrap(), "nfs");
+        assert_eq!(check_setting("stripe_unit", "64K").unwrap(), "65536");
+        let e = check_setting("colour", "red").unwrap_err().to_string();
+        assert!(e.contains("colour") && e.contains("stripe_width"), "{e}");
+        let e = check_setting("stripe_unit", "1T").unwrap_err().to_string();
+        assert!(e.contains("stripe_unit") && e.contains("512"), "{e}");
+        assert!(check_setting("write", "threshold(high=1").is_err());
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+    }
+}
