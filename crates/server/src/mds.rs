@@ -1041,7 +1041,7 @@ impl Sprite {
             let deadline = {
                 let s = self.state.lock();
                 if !s.waiting(&o.wait) {
-                    return o.cacheable;
+                    return s.may_cache(handle);
                 }
                 s.next_deadline()
             };

@@ -4,9 +4,10 @@
 //!
 //! Parts: the event [`kernel`] (virtual time), FCFS [`resource`]s, [`disk`]
 //! models, the seeded random source [`rng`], the models of each paper
-//! ([`kotz92`]), and the named [`scenario`]s that reproduce their tables and
+//! ([`kotz92`]), the consistency plug-ins' model and checker ([`consistency`]), and the named [`scenario`]s that reproduce their tables and
 //! figures. Given a seed, every run produces the same result, bit for bit.
 
+pub mod consistency;
 pub mod disk;
 pub mod kernel;
 pub mod kotz92;

@@ -126,10 +126,13 @@ pub struct Queued {
 }
 
 /// What an open needs before it is answered: the callbacks to wait for and
-/// the nodes that have new ones to collect.
+/// the nodes that have new ones to collect. Whether the opener may cache is
+/// decided when the open is answered ([`SpriteServer::may_cache`]), not
+/// here: while it waits, another node's open may make the file write-shared
+/// (and call this node back before its own open is answered; the simulator
+/// found this).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Opening {
-    pub cacheable: bool,
     pub wait: Vec<u64>,
     pub notify: Vec<NodeId>,
     /// Nodes found gone (silent too long): their opens were dropped.
@@ -159,8 +162,8 @@ impl Link {
 pub struct SpriteServer {
     files: HashMap<FileId, Sharing>,
     links: HashMap<NodeId, Link>,
-    /// Callbacks not yet answered: their node and deadline.
-    outstanding: BTreeMap<u64, (NodeId, Time)>,
+    /// Callbacks not yet answered: their node, file and deadline.
+    outstanding: BTreeMap<u64, (NodeId, FileId, Time)>,
     next_id: u64,
 }
 
@@ -218,9 +221,18 @@ impl SpriteServer {
     pub fn open_at(&mut self, now: Time, node: NodeId, file: FileId, write: bool) -> Opening {
         self.links.entry(node).or_default().last_seen = Some(now);
         let grant = self.open(node, file, write);
+        // Callbacks of earlier opens of the file still unanswered: this open
+        // waits for them too (the last writer's blocks may be on their way;
+        // answering now would let the opener keep stale blocks, as the
+        // simulator found).
+        let earlier: Vec<u64> = self
+            .outstanding
+            .iter()
+            .filter(|(_, (_, f, _))| *f == file)
+            .map(|(id, _)| *id)
+            .collect();
         let mut o = Opening {
-            cacheable: grant.cacheable,
-            wait: vec![],
+            wait: earlier,
             notify: vec![],
             gone: vec![],
         };
@@ -233,7 +245,7 @@ impl SpriteServer {
             let id = self.next_id;
             self.next_id += 1;
             self.links.entry(n).or_default().queue.push(Queued { id, file, cb });
-            self.outstanding.insert(id, (n, now + CALLBACK_TIMEOUT));
+            self.outstanding.insert(id, (n, file, now + CALLBACK_TIMEOUT));
             o.wait.push(id);
             o.notify.push(n);
         }
@@ -264,7 +276,7 @@ impl SpriteServer {
 
     /// `node` did callback `id`.
     pub fn answered(&mut self, node: NodeId, id: u64) {
-        if self.outstanding.get(&id).is_some_and(|(n, _)| *n == node) {
+        if self.outstanding.get(&id).is_some_and(|(n, _, _)| *n == node) {
             self.outstanding.remove(&id);
         }
     }
@@ -276,7 +288,7 @@ impl SpriteServer {
 
     /// The earliest deadline of an unanswered callback.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.outstanding.values().map(|(_, t)| *t).min()
+        self.outstanding.values().map(|(_, _, t)| *t).min()
     }
 
     /// Nodes with a callback past its deadline are taken to be gone (their
@@ -285,8 +297,8 @@ impl SpriteServer {
         let mut late: Vec<NodeId> = self
             .outstanding
             .values()
-            .filter(|(_, t)| *t <= now)
-            .map(|(n, _)| *n)
+            .filter(|(_, _, t)| *t <= now)
+            .map(|(n, _, _)| *n)
             .collect();
         late.sort_unstable();
         late.dedup();
@@ -298,7 +310,7 @@ impl SpriteServer {
 
     fn drop_node(&mut self, node: NodeId) {
         self.links.remove(&node);
-        self.outstanding.retain(|_, (n, _)| *n != node);
+        self.outstanding.retain(|_, (n, _, _)| *n != node);
         self.node_gone(node);
     }
 
@@ -347,6 +359,12 @@ impl SpriteServer {
     /// The file was removed: forget it.
     pub fn removed(&mut self, file: FileId) {
         self.files.remove(&file);
+    }
+
+    /// The answer to an open of `file` once its callbacks are done: whether
+    /// the opener may cache it, as the file's sharing is now.
+    pub fn may_cache(&self, file: FileId) -> bool {
+        !self.is_uncached(file)
     }
 
     /// Whether caching of `file` is disabled now.
@@ -567,6 +585,15 @@ mod tests {
         assert!(s.expire(t(12)).is_empty());
         assert_eq!(s.expire(t(13)), [2]);
         assert!(!s.waiting(&o.wait));
+        // An open while another open's recall is on its way waits for it
+        // too (the simulator found a reader answered before the recalled
+        // blocks arrived, keeping stale ones).
+        s.open_at(t(14), 6, 9, true);
+        s.close(6, 9, true);
+        s.poll(t(14), 6);
+        let first = s.open_at(t(15), 7, 9, false);
+        let second = s.open_at(t(15), 8, 9, false);
+        assert_eq!(second.wait, first.wait);
         // A node silent too long is not called back at all.
         s.open_at(t(20), 4, 8, true);
         s.close(4, 8, true);

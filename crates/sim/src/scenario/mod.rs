@@ -3,6 +3,7 @@
 //! deterministic results), and returns rows, the checks that compare the
 //! rows with what the paper reports, and optionally a plot.
 
+pub mod consistency;
 pub mod kotz92;
 
 use crate::plot::Panel;
@@ -47,6 +48,7 @@ pub struct Check {
 pub enum Rows {
     Table(Vec<kotz92::TableRow>),
     Figure(Vec<kotz92::FigureRow>),
+    Consistency(Vec<consistency::Row>),
 }
 
 /// What a scenario produced.
@@ -116,7 +118,9 @@ pub enum ScenarioError {
 
 /// Every scenario, in the order `sim list` shows them.
 pub fn list() -> Vec<Scenario> {
-    kotz92::SCENARIOS.to_vec()
+    let mut all = kotz92::SCENARIOS.to_vec();
+    all.extend(consistency::SCENARIOS);
+    all
 }
 
 pub fn find(name: &str) -> Result<Scenario, ScenarioError> {
@@ -128,10 +132,18 @@ pub fn find(name: &str) -> Result<Scenario, ScenarioError> {
 
 /// How many model runs a scenario makes (to size a progress bar).
 pub fn runs(name: &str) -> Result<usize, ScenarioError> {
-    kotz92::runs(name).ok_or_else(|| ScenarioError::Unknown(name.to_string()))
+    kotz92::runs(name)
+        .or_else(|| consistency::runs(name))
+        .ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
 
 /// Runs a scenario; `done` is called after each model run.
 pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Output, ScenarioError> {
-    kotz92::run(name, opts, done).ok_or_else(|| ScenarioError::Unknown(name.to_string()))
+    let mut out = kotz92::run(name, opts, done)
+        .or_else(|| consistency::run(name, opts, done))
+        .ok_or_else(|| ScenarioError::Unknown(name.to_string()))?;
+    let s = find(name)?;
+    out.scenario = s.name.to_string();
+    out.description = s.description.to_string();
+    Ok(out)
 }
