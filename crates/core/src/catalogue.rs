@@ -90,6 +90,24 @@ pub fn split_params(s: &str) -> Result<Named<'_>, PolicyError> {
     Ok((name, out))
 }
 
+/// The policy of `all` called `name` (the bare name, without parameters),
+/// or an error naming `what` and every known name.
+pub fn find_named<K: Copy>(
+    all: &[K],
+    name: &str,
+    what: &'static str,
+    name_of: impl Fn(K) -> &'static str,
+) -> Result<K, PolicyError> {
+    all.iter()
+        .copied()
+        .find(|&k| name_of(k) == name)
+        .ok_or_else(|| PolicyError::Unknown {
+            what,
+            name: name.to_string(),
+            known: all.iter().map(|&k| name_of(k)).collect::<Vec<_>>().join(", "),
+        })
+}
+
 /// The policies a node applies to one file: its settings at the metadata
 /// server, with defaults for those not set.
 ///

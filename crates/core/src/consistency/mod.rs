@@ -29,7 +29,7 @@ pub mod posix;
 pub mod session;
 pub mod sprite;
 
-use crate::catalogue::split_params;
+use crate::catalogue::{find_named, split_params};
 use crate::error::PolicyError;
 use crate::time::{parse_span, Span, Time};
 use serde::{Deserialize, Serialize};
@@ -108,18 +108,7 @@ impl FromStr for ConsistencyKind {
     /// Accepts the names above and `nfs(timeout=10s)`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, params) = split_params(s)?;
-        let mut kind = ConsistencyKind::ALL
-            .into_iter()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| PolicyError::Unknown {
-                what: "consistency",
-                name: name.to_string(),
-                known: ConsistencyKind::ALL
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
+        let mut kind = find_named(&ConsistencyKind::ALL, name, "consistency", ConsistencyKind::name)?;
         let bad = |detail: String| PolicyError::BadParameter {
             policy: name.to_string(),
             detail,

@@ -27,7 +27,7 @@ pub use write_full::WriteFull;
 pub use write_through::WriteThrough;
 
 use crate::block::BlockKey;
-use crate::catalogue::split_params;
+use crate::catalogue::{find_named, split_params};
 use crate::error::PolicyError;
 use crate::time::{parse_span, Span, Time};
 use serde::{Deserialize, Serialize};
@@ -173,18 +173,7 @@ impl FromStr for WritePolicyKind {
     /// `threshold(high=90%,low=50%)` and the like.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, params) = split_params(s)?;
-        let mut kind = WritePolicyKind::ALL
-            .into_iter()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| PolicyError::Unknown {
-                what: "write",
-                name: name.to_string(),
-                known: WritePolicyKind::ALL
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
+        let mut kind = find_named(&WritePolicyKind::ALL, name, "write", WritePolicyKind::name)?;
         let bad = |detail: String| PolicyError::BadParameter {
             policy: name.to_string(),
             detail,
