@@ -1,0 +1,390 @@
+//! CAPFS's consistency machinery (Vilayannur et al. 2005 §3.4–3.6): a file
+//! is a *recipe*, the list of the hashes of its chunks; chunks live on
+//! content-addressed servers by hash; writers store new chunks first and
+//! then *commit* `(chunk index, old hash, new hash)` at the metadata server,
+//! which serialises commits, rejects one whose old hashes no longer match
+//! (unless it is forced), and keeps the nodes' hash caches (H-caches)
+//! coherent when asked. The five presets of Table 1 (`seq_1.rs` …
+//! `rel_1.rs`) are settings of the parameters here.
+//!
+//! Both halves are pure: [`RecipeServer`] is the metadata server's,
+//! [`HCache`] the node's cache of hashes. The simulator drives them
+//! (`parcache sim run capfs05-…`).
+
+use crate::ids::{FileId, NodeId};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+/// A chunk's name: its content hash (blake3 or SHA-256 in a real store).
+pub type ChunkHash = [u8; 32];
+
+/// The hash of a chunk never written: it reads as zeros.
+pub const HOLE: ChunkHash = [0; 32];
+
+/// The parameters a CAPFS plug-in sets at open (2005 §3.6, "Setting
+/// Parameters at Open").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CapfsParams {
+    /// Keep hashes in the node's H-cache (reads need no hash fetch when
+    /// they hit; writes know their old hashes).
+    pub use_hcache: bool,
+    /// The metadata server invalidates other nodes' H-cache entries before
+    /// a commit completes.
+    pub hcache_coherence: bool,
+    /// Commits replace the hashes whatever the server has (no conflict
+    /// check, no retry).
+    pub force_commit: bool,
+    /// Commits wait at the node until close (or an fsync).
+    pub delay_commit: bool,
+    /// Hashes fetched from the metadata server in one request.
+    pub num_hashes: u32,
+}
+
+impl CapfsParams {
+    /// Hashes per fetch when not set: a 16 KiB chunk's worth of 64-byte
+    /// entries, a few RPCs for a gigabyte file of 16 KiB chunks.
+    pub const DEFAULT_NUM_HASHES: u32 = 256;
+
+    /// Whether the metadata server should remember that `node` holds
+    /// hashes of a file (to invalidate them at another node's commit).
+    pub fn registers_holders(&self) -> bool {
+        self.use_hcache && self.hcache_coherence
+    }
+
+    /// Whether the preset gives sequential consistency (every read returns
+    /// the last committed write): conflicts are checked, and cached hashes
+    /// are either not used or kept coherent.
+    pub fn sequential(&self) -> bool {
+        !self.force_commit && (!self.use_hcache || self.hcache_coherence)
+    }
+}
+
+/// A commit's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// The recipe now has the new hashes. Before the commit is complete,
+    /// `invalidate` (nodes holding hashes of the file) drop them; chunks in
+    /// `released` are named by no recipe any more and may be collected.
+    Done {
+        invalidate: Vec<NodeId>,
+        released: Vec<ChunkHash>,
+    },
+    /// An old hash did not match: another commit came first. The writer
+    /// fetches these current hashes, redoes its write on the current
+    /// chunks and commits again (its stored chunks are orphans now).
+    Conflict { current: Vec<(u64, ChunkHash)> },
+}
+
+/// The metadata server's half: recipes, chunk references and the nodes
+/// holding hashes of each file.
+#[derive(Debug, Default)]
+pub struct RecipeServer {
+    recipes: HashMap<FileId, Vec<ChunkHash>>,
+    refs: HashMap<ChunkHash, u64>,
+    holders: HashMap<FileId, BTreeSet<NodeId>>,
+    /// Commits done and conflicts found, for counters.
+    pub commits: u64,
+    pub conflicts: u64,
+}
+
+impl RecipeServer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The file's length in chunks.
+    pub fn chunks(&self, file: FileId) -> u64 {
+        self.recipes.get(&file).map_or(0, |r| r.len() as u64)
+    }
+
+    /// Hashes of chunks `from..from + count` (holes past the end), for
+    /// `node`; `register` remembers the node as a holder (coherent H-cache).
+    pub fn hashes(&mut self, node: NodeId, file: FileId, from: u64, count: u64, register: bool) -> Vec<ChunkHash> {
+        if register {
+            self.holders.entry(file).or_default().insert(node);
+        }
+        let r = self.recipes.get(&file);
+        (from..from + count)
+            .map(|i| r.and_then(|r| r.get(i as usize)).copied().unwrap_or(HOLE))
+            .collect()
+    }
+
+    /// `node` commits `changes` (chunk index, the hash it read, the new
+    /// hash) to `file`. Unless `force`, every old hash must still be the
+    /// recipe's; all changes apply or none. With `coherence`, every other
+    /// holder of the file's hashes is to be invalidated.
+    pub fn commit(
+        &mut self,
+        node: NodeId,
+        file: FileId,
+        changes: &[(u64, ChunkHash, ChunkHash)],
+        force: bool,
+        coherence: bool,
+    ) -> Commit {
+        let recipe = self.recipes.entry(file).or_default();
+        if !force {
+            let stale: Vec<(u64, ChunkHash)> = changes
+                .iter()
+                .filter(|(i, old, _)| recipe.get(*i as usize).copied().unwrap_or(HOLE) != *old)
+                .map(|(i, _, _)| (*i, recipe.get(*i as usize).copied().unwrap_or(HOLE)))
+                .collect();
+            if !stale.is_empty() {
+                self.conflicts += 1;
+                return Commit::Conflict { current: stale };
+            }
+        }
+        let mut released = Vec::new();
+        for &(i, _, new) in changes {
+            let i = i as usize;
+            if recipe.len() <= i {
+                recipe.resize(i + 1, HOLE);
+            }
+            let old = std::mem::replace(&mut recipe[i], new);
+            if new != HOLE {
+                *self.refs.entry(new).or_default() += 1;
+            }
+            if old != HOLE {
+                let n = self.refs.get_mut(&old).expect("a recipe's chunk is referenced");
+                *n -= 1;
+                if *n == 0 {
+                    self.refs.remove(&old);
+                    released.push(old);
+                }
+            }
+        }
+        self.commits += 1;
+        let invalidate = if coherence {
+            self.holders
+                .get(&file)
+                .map(|h| h.iter().copied().filter(|&n| n != node).collect())
+                .unwrap_or_default()
+        } else {
+            vec![]
+        };
+        // Invalidated nodes fetch (and register) again when they need to.
+        if let Some(h) = self.holders.get_mut(&file) {
+            h.retain(|n| *n == node || !invalidate.contains(n));
+        }
+        Commit::Done { invalidate, released }
+    }
+
+    /// The file was removed: its chunks no recipe names any more.
+    pub fn remove(&mut self, file: FileId) -> Vec<ChunkHash> {
+        self.holders.remove(&file);
+        let mut released = Vec::new();
+        for h in self.recipes.remove(&file).unwrap_or_default() {
+            if h == HOLE {
+                continue;
+            }
+            let n = self.refs.get_mut(&h).expect("referenced");
+            *n -= 1;
+            if *n == 0 {
+                self.refs.remove(&h);
+                released.push(h);
+            }
+        }
+        released
+    }
+
+    /// Whether any recipe names `hash` (a chunk store's collection asks).
+    pub fn is_referenced(&self, hash: &ChunkHash) -> bool {
+        self.refs.contains_key(hash)
+    }
+
+    /// Distinct chunks named by all recipes, and chunk slots in all
+    /// recipes: physical against logical size, in chunks.
+    pub fn chunk_counts(&self) -> (u64, u64) {
+        let logical = self.recipes.values().flatten().filter(|h| **h != HOLE).count() as u64;
+        (self.refs.len() as u64, logical)
+    }
+}
+
+/// The node's H-cache: hashes of files' chunks, least recently used out
+/// first, bounded (2005 §3.3; the paper's cap on hashes per file is what
+/// made its read bandwidth drop past 4 GB).
+#[derive(Debug)]
+pub struct HCache {
+    capacity: usize,
+    entries: HashMap<(FileId, u64), (ChunkHash, u64)>,
+    order: BTreeMap<u64, (FileId, u64)>,
+    tick: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl HCache {
+    pub fn new(capacity: usize) -> Self {
+        HCache {
+            capacity: capacity.max(1),
+            entries: HashMap::new(),
+            order: BTreeMap::new(),
+            tick: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The cached hash of chunk `index` of `file`.
+    pub fn get(&mut self, file: FileId, index: u64) -> Option<ChunkHash> {
+        self.tick += 1;
+        let tick = self.tick;
+        match self.entries.get_mut(&(file, index)) {
+            Some((h, t)) => {
+                self.order.remove(t);
+                *t = tick;
+                self.order.insert(tick, (file, index));
+                self.hits += 1;
+                Some(*h)
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Which of chunks `from..to` of `file` are not cached, as runs of at
+    /// most `batch` (each one fetch from the metadata server).
+    pub fn missing(&mut self, file: FileId, from: u64, to: u64, batch: u32) -> VecDeque<(u64, u64)> {
+        let mut runs = VecDeque::new();
+        let mut run: Option<(u64, u64)> = None;
+        for i in from..to {
+            if self.get(file, i).is_some() {
+                if let Some(r) = run.take() {
+                    runs.push_back(r);
+                }
+                continue;
+            }
+            match &mut run {
+                Some((_, n)) if *n < batch as u64 => *n += 1,
+                _ => {
+                    if let Some(r) = run.take() {
+                        runs.push_back(r);
+                    }
+                    run = Some((i, 1));
+                }
+            }
+        }
+        runs.extend(run);
+        runs
+    }
+
+    pub fn put(&mut self, file: FileId, index: u64, hash: ChunkHash) {
+        self.tick += 1;
+        if let Some((_, t)) = self.entries.insert((file, index), (hash, self.tick)) {
+            self.order.remove(&t);
+        }
+        self.order.insert(self.tick, (file, index));
+        while self.entries.len() > self.capacity {
+            let (_, key) = self.order.pop_first().expect("non-empty");
+            self.entries.remove(&key);
+        }
+    }
+
+    /// Drops every hash of `file` (an invalidation from the server).
+    pub fn invalidate(&mut self, file: FileId) {
+        let keys: Vec<(FileId, u64)> = self.entries.keys().filter(|(f, _)| *f == file).copied().collect();
+        for k in keys {
+            if let Some((_, t)) = self.entries.remove(&k) {
+                self.order.remove(&t);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(n: u8) -> ChunkHash {
+        [n; 32]
+    }
+
+    #[test]
+    fn a_commit_with_stale_old_hashes_is_refused_unless_forced() {
+        let mut s = RecipeServer::new();
+        assert!(matches!(
+            s.commit(1, 7, &[(0, HOLE, h(1)), (1, HOLE, h(2))], false, false),
+            Commit::Done { .. }
+        ));
+        // Node 2 read chunk 0 before node 1's commit: conflict, nothing applied.
+        let c = s.commit(2, 7, &[(0, HOLE, h(3)), (1, h(2), h(4))], false, false);
+        assert_eq!(
+            c,
+            Commit::Conflict {
+                current: vec![(0, h(1))]
+            }
+        );
+        assert_eq!(s.hashes(2, 7, 0, 3, false), vec![h(1), h(2), HOLE]);
+        // Retried on the current hashes, it goes through and frees h(1).
+        let c = s.commit(2, 7, &[(0, h(1), h(3))], false, false);
+        assert_eq!(
+            c,
+            Commit::Done {
+                invalidate: vec![],
+                released: vec![h(1)]
+            }
+        );
+        // Forced, the stale old hash does not matter.
+        assert!(matches!(
+            s.commit(3, 7, &[(1, HOLE, h(5))], true, false),
+            Commit::Done { .. }
+        ));
+        assert_eq!((s.commits, s.conflicts), (3, 1));
+    }
+
+    #[test]
+    fn identical_chunks_are_referenced_once_and_collected_when_unnamed() {
+        let mut s = RecipeServer::new();
+        for f in 1..=4 {
+            s.commit(1, f, &[(0, HOLE, h(9)), (1, HOLE, h(8))], false, false);
+        }
+        assert_eq!(s.chunk_counts(), (2, 8), "four copies stored once");
+        for f in 1..=3 {
+            assert!(s.remove(f).is_empty());
+        }
+        let mut freed = s.remove(4);
+        freed.sort();
+        assert_eq!(freed, vec![h(8), h(9)]);
+        assert!(!s.is_referenced(&h(9)));
+    }
+
+    #[test]
+    fn coherent_commits_invalidate_the_other_holders() {
+        let mut s = RecipeServer::new();
+        s.hashes(1, 7, 0, 4, true);
+        s.hashes(2, 7, 0, 4, true);
+        s.hashes(3, 7, 0, 4, false);
+        let Commit::Done { invalidate, .. } = s.commit(1, 7, &[(0, HOLE, h(1))], false, true) else {
+            panic!()
+        };
+        assert_eq!(invalidate, vec![2], "node 3 did not register; node 1 is the writer");
+        // Node 2 was dropped from the holders until it fetches again.
+        let Commit::Done { invalidate, .. } = s.commit(1, 7, &[(0, h(1), h(2))], false, true) else {
+            panic!()
+        };
+        assert!(invalidate.is_empty());
+    }
+
+    #[test]
+    fn the_hcache_finds_runs_to_fetch_and_evicts_the_least_recent() {
+        let mut c = HCache::new(4);
+        for i in [0, 1, 5] {
+            c.put(7, i, h(i as u8));
+        }
+        assert_eq!(c.missing(7, 0, 8, 2), VecDeque::from(vec![(2, 2), (4, 1), (6, 2)]));
+        c.put(7, 9, h(9));
+        c.put(7, 10, h(10));
+        assert_eq!(c.len(), 4);
+        assert_eq!(c.get(7, 0), None, "the least recently used went");
+        c.invalidate(7);
+        assert!(c.is_empty());
+    }
+}
