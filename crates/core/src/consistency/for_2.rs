@@ -22,6 +22,6 @@ mod tests {
             (PARAMS.use_hcache, PARAMS.hcache_coherence, PARAMS.force_commit),
             (true, true, true)
         );
-        assert_eq!(PARAMS.sequential(), false);
+        assert!(!PARAMS.sequential());
     }
 }
