@@ -58,6 +58,14 @@ impl Sub<Span> for Time {
     }
 }
 
+/// A span repeated `n` times (a per-item cost times the items).
+impl std::ops::Mul<u64> for Span {
+    type Output = Span;
+    fn mul(self, n: u64) -> Span {
+        Span(self.0.saturating_mul(n))
+    }
+}
+
 impl Add for Span {
     type Output = Span;
     fn add(self, d: Span) -> Span {

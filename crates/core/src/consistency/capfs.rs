@@ -65,7 +65,7 @@ pub enum Commit {
     /// `invalidate` (nodes holding hashes of the file) drop them; chunks in
     /// `released` are named by no recipe any more and may be collected.
     Done {
-        invalidate: Vec<NodeId>,
+        invalidate: Vec<(NodeId, Vec<u64>)>,
         released: Vec<ChunkHash>,
     },
     /// An old hash did not match: another commit came first. The writer
@@ -80,7 +80,8 @@ pub enum Commit {
 pub struct RecipeServer {
     recipes: HashMap<FileId, Vec<ChunkHash>>,
     refs: HashMap<ChunkHash, u64>,
-    holders: HashMap<FileId, BTreeSet<NodeId>>,
+    /// Per file and chunk, the nodes that fetched its hash to keep.
+    holders: HashMap<FileId, HashMap<u64, BTreeSet<NodeId>>>,
     /// Commits done and conflicts found, for counters.
     pub commits: u64,
     pub conflicts: u64,
@@ -100,7 +101,10 @@ impl RecipeServer {
     /// `node`; `register` remembers the node as a holder (coherent H-cache).
     pub fn hashes(&mut self, node: NodeId, file: FileId, from: u64, count: u64, register: bool) -> Vec<ChunkHash> {
         if register {
-            self.holders.entry(file).or_default().insert(node);
+            let h = self.holders.entry(file).or_default();
+            for i in from..from + count {
+                h.entry(i).or_default().insert(node);
+            }
         }
         let r = self.recipes.get(&file);
         (from..from + count)
@@ -152,19 +156,25 @@ impl RecipeServer {
             }
         }
         self.commits += 1;
-        let invalidate = if coherence {
-            self.holders
-                .get(&file)
-                .map(|h| h.iter().copied().filter(|&n| n != node).collect())
-                .unwrap_or_default()
-        } else {
-            vec![]
-        };
-        // Invalidated nodes fetch (and register) again when they need to.
-        if let Some(h) = self.holders.get_mut(&file) {
-            h.retain(|n| *n == node || !invalidate.contains(n));
+        // The other holders of the changed chunks' hashes drop them (and
+        // register again when they fetch them again).
+        let mut invalidate: BTreeMap<NodeId, Vec<u64>> = BTreeMap::new();
+        if coherence {
+            if let Some(h) = self.holders.get_mut(&file) {
+                for &(i, _, _) in changes {
+                    if let Some(nodes) = h.get_mut(&i) {
+                        for &n in nodes.iter().filter(|&&n| n != node) {
+                            invalidate.entry(n).or_default().push(i);
+                        }
+                        nodes.retain(|&n| n == node);
+                    }
+                }
+            }
         }
-        Commit::Done { invalidate, released }
+        Commit::Done {
+            invalidate: invalidate.into_iter().collect(),
+            released,
+        }
     }
 
     /// The file was removed: its chunks no recipe names any more.
@@ -288,7 +298,17 @@ impl HCache {
         }
     }
 
-    /// Drops every hash of `file` (an invalidation from the server).
+    /// Drops the hashes of chunks `chunks` of `file` (an invalidation from
+    /// the server).
+    pub fn invalidate_chunks(&mut self, file: FileId, chunks: &[u64]) {
+        for &i in chunks {
+            if let Some((_, t)) = self.entries.remove(&(file, i)) {
+                self.order.remove(&t);
+            }
+        }
+    }
+
+    /// Drops every hash of `file`.
     pub fn invalidate(&mut self, file: FileId) {
         let keys: Vec<(FileId, u64)> = self.entries.keys().filter(|(f, _)| *f == file).copied().collect();
         for k in keys {
@@ -365,7 +385,11 @@ mod tests {
         let Commit::Done { invalidate, .. } = s.commit(1, 7, &[(0, HOLE, h(1))], false, true) else {
             panic!()
         };
-        assert_eq!(invalidate, vec![2], "node 3 did not register; node 1 is the writer");
+        assert_eq!(
+            invalidate,
+            vec![(2, vec![0])],
+            "node 3 did not register; node 1 is the writer"
+        );
         // Node 2 was dropped from the holders until it fetches again.
         let Commit::Done { invalidate, .. } = s.commit(1, 7, &[(0, h(1), h(2))], false, true) else {
             panic!()

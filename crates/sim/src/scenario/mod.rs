@@ -3,6 +3,7 @@
 //! deterministic results), and returns rows, the checks that compare the
 //! rows with what the paper reports, and optionally a plot.
 
+pub mod capfs05;
 pub mod consistency;
 pub mod kotz92;
 
@@ -49,6 +50,7 @@ pub enum Rows {
     Table(Vec<kotz92::TableRow>),
     Figure(Vec<kotz92::FigureRow>),
     Consistency(Vec<consistency::Row>),
+    Capfs(Vec<capfs05::Row>),
 }
 
 /// What a scenario produced.
@@ -120,6 +122,7 @@ pub enum ScenarioError {
 pub fn list() -> Vec<Scenario> {
     let mut all = kotz92::SCENARIOS.to_vec();
     all.extend(consistency::SCENARIOS);
+    all.extend(capfs05::SCENARIOS);
     all
 }
 
@@ -134,6 +137,7 @@ pub fn find(name: &str) -> Result<Scenario, ScenarioError> {
 pub fn runs(name: &str) -> Result<usize, ScenarioError> {
     kotz92::runs(name)
         .or_else(|| consistency::runs(name))
+        .or_else(|| capfs05::runs(name))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
 
@@ -141,6 +145,7 @@ pub fn runs(name: &str) -> Result<usize, ScenarioError> {
 pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Output, ScenarioError> {
     let mut out = kotz92::run(name, opts, done)
         .or_else(|| consistency::run(name, opts, done))
+        .or_else(|| capfs05::run(name, opts, done))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))?;
     let s = find(name)?;
     out.scenario = s.name.to_string();
