@@ -7,13 +7,17 @@
 //! - [`media`]: the log's storage, real or a crash model that drops unsynced
 //!   bytes, for tests.
 //! - [`blocks`]: the block store, one local file per handle.
+//! - [`chunks`]: the content-addressed chunk store (CAPFS, 2005), one local
+//!   file per chunk named by its blake3 hash.
 
 pub mod blocks;
+pub mod chunks;
 pub mod group;
 pub mod media;
 pub mod wal;
 
 pub use blocks::BlockStore;
+pub use chunks::{chunk_hash, ChunkHash, ChunkStats, ChunkStore};
 pub use group::GroupLog;
 pub use media::{CrashMedia, CrashMode, FileMedia, Media};
 pub use wal::{Entry, Replay, Wal};
