@@ -450,31 +450,48 @@ pub fn status(a: DataArg) -> Result<()> {
             "misses"
         )?;
         let mut down = 0;
+        // Content-addressed chunks: slots the recipes name (logical, at the
+        // metadata server) and chunks stored (physical, at the data servers).
+        let (mut logical, mut physical, mut physical_bytes) = (0u64, 0u64, 0u64);
         for (name, addr) in addrs {
             let ask = async {
                 let cl = Client::connect(&addr, &secret).await.ok()?;
                 cl.call(&Request::Stats, &[]).await.ok()
             };
             match tokio::time::timeout(ANSWER_WITHIN, ask).await {
-                Ok(Some((Response::Stats(s), _))) => outln!(
-                    "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
-                    name,
-                    addr,
-                    "up",
-                    human(s.capacity_bytes),
-                    human(s.free_bytes),
-                    human(s.log_bytes),
-                    s.read_hits,
-                    s.dirty_blocks,
-                    s.immediate_writes,
-                    s.read_misses,
-                    s.role
-                )?,
+                Ok(Some((Response::Stats(s), _))) => {
+                    if name == "mds" {
+                        logical = s.chunks;
+                    } else {
+                        physical += s.chunks;
+                        physical_bytes += s.chunk_bytes;
+                    }
+                    outln!(
+                        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
+                        name,
+                        addr,
+                        "up",
+                        human(s.capacity_bytes),
+                        human(s.free_bytes),
+                        human(s.log_bytes),
+                        s.read_hits,
+                        s.dirty_blocks,
+                        s.immediate_writes,
+                        s.read_misses,
+                        s.role
+                    )?
+                }
                 _ => {
                     down += 1;
                     outln!("{:<7} {:<16} {:>5}", name, addr, "DOWN")?
                 }
             }
+        }
+        if logical + physical > 0 {
+            outln!(
+                "chunks  {logical} named by recipes (logical), {physical} stored ({}, physical)",
+                human(physical_bytes)
+            )?;
         }
         for m in mount::records(&a.data) {
             let state = match (mount::state(&m.at), alive(m.pid)) {

@@ -77,10 +77,37 @@ pub struct PathArgs {
     target: Target,
 }
 
+#[derive(Args)]
+pub struct GcArgs {
+    /// Only chunks stored at least this many seconds ago (younger ones may
+    /// belong to a write whose commit is on its way).
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    older_than: u64,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Removes content-addressed chunks no file's recipe names any more (left
+/// by removed or overwritten files, or by writes that crashed before their
+/// commit).
+pub fn gc(a: GcArgs) -> Result<()> {
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let (seen, dropped) = fs.collect_chunks(a.older_than).await?;
+        outln!(
+            "{seen} chunks stored over {} s ago, {dropped} named by no recipe removed",
+            a.older_than
+        )?;
+        Ok(())
+    })
+}
+
 #[derive(Subcommand)]
 pub enum PolicyCommand {
     /// Set a file's or directory's policies (directories pass them to new files):
-    /// write=…, replacement=…, prefetch=…, stripe_unit=64K, stripe_width=N.
+    /// write=…, replacement=…, prefetch=…, consistency=…, store=blocks|cas,
+    /// stripe_unit=64K, stripe_width=N. Content-addressed files (store=cas,
+    /// set before consistency) take consistency=seq-1|seq-2|for-1|for-2|rel-1.
     Set {
         path: String,
         #[arg(required = true, value_name = "KEY=VALUE")]

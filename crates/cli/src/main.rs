@@ -59,6 +59,8 @@ enum Command {
     Rm(fs::PathArgs),
     /// Show a cluster file's attributes and layout.
     Stat(fs::PathArgs),
+    /// Remove content-addressed chunks (store=cas) that no file names any more.
+    Gc(fs::GcArgs),
     /// Set or show a file's or directory's policies.
     #[command(subcommand)]
     Policy(fs::PolicyCommand),
@@ -83,6 +85,7 @@ fn main() {
         Command::Rm(a) => fs::rm(a),
         Command::Stat(a) => fs::stat(a),
         Command::Policy(c) => fs::policy(c),
+        Command::Gc(a) => fs::gc(a),
         Command::Mount(a) => mount::mount(a),
     };
     if let Err(e) = result {

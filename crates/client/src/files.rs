@@ -6,8 +6,9 @@
 //! asks which plug-in runs.
 
 use crate::{from_below, from_driver, placement_of, Fs, FsError, Pool, Result};
+use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
-use parcache_core::FilePolicies;
+use parcache_core::{FilePolicies, StoreKind};
 use parcache_proto::{Attr, Request, Response, SetAttr};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -88,6 +89,15 @@ impl Fs {
         self.files.lock().get(&handle).map(|s| s.file.clone())
     }
 
+    /// A content-addressed file's CAPFS parameters and chunk size (`None`
+    /// for a file of the block store).
+    fn cas_of(st: &FileState) -> Option<(CapfsParams, u32)> {
+        match (st.policies.store, st.plugin.capfs()) {
+            (StoreKind::Cas { chunk }, Some(p)) => Some((p, chunk)),
+            _ => None,
+        }
+    }
+
     /// The policies the node cache applies to a file.
     pub async fn policies_of(&self, a: &Attr) -> Result<FilePolicies> {
         Ok(self.state(a).await?.policies)
@@ -139,6 +149,7 @@ impl Fs {
                     self.data.set_size(handle, latest.size, true);
                 }
                 Action::FetchWhole => self.fetch_whole(st, handle).await?,
+                Action::DropHashes => self.cas.drop_hashes(handle),
             }
         }
         Ok(())
@@ -280,7 +291,7 @@ impl Fs {
     /// Starts the task that answers the metadata server's `sprite`
     /// callbacks, once: it keeps one poll outstanding and does each
     /// callback it gets, then acknowledges it.
-    fn answer_callbacks(&self) {
+    pub(crate) fn answer_callbacks(&self) {
         if self.answering.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -305,6 +316,7 @@ impl Fs {
                         let core_cb = match cb {
                             parcache_proto::Callback::Recall => Callback::Recall,
                             parcache_proto::Callback::Disable => Callback::Disable,
+                            parcache_proto::Callback::Invalidate => Callback::Invalidate,
                         };
                         if let Err(e) = fs.called_back(handle, core_cb).await {
                             tracing::warn!("callback {cb:?} for handle {handle}: {e}");
@@ -318,6 +330,12 @@ impl Fs {
 
     /// Does what the metadata server asked of this node for a file.
     async fn called_back(&self, handle: u64, cb: Callback) -> Result<()> {
+        if cb == Callback::Invalidate {
+            // Hashes only: no gate (a write here may be waiting for its own
+            // commit, which waits for another node answering this one).
+            self.cas.drop_hashes(handle);
+            return Ok(());
+        }
         let Some(st) = self.files.lock().get(&handle).cloned() else {
             return Ok(()); // never touched here: nothing cached
         };
@@ -478,7 +496,10 @@ impl Fs {
             .await
             .map_err(|e| from_below(what.clone(), e))?;
         st.pool.discard_file(a.handle, 0).await;
-        self.data.truncate(a.handle, size).await?;
+        match Self::cas_of(&st) {
+            Some((p, chunk)) => self.cas_truncate(a, p, chunk, size).await?,
+            None => self.data.truncate(a.handle, size).await?,
+        }
         let set = SetAttr {
             size: Some(size),
             ..SetAttr::default()
@@ -503,6 +524,16 @@ impl Fs {
         let st = self.state(a).await?;
         let end = offset + data.len() as u64;
         let now = self.now();
+        if let Some((p, chunk)) = Self::cas_of(&st) {
+            // Stored and committed: the size is at the metadata server too.
+            let attr = self.cas_write(a, p, chunk, offset, data).await?;
+            self.with_file(a.handle, |_, f| {
+                f.wrote(end);
+                let upto = f.writes;
+                f.reported(upto, view(&attr));
+            });
+            return Ok(());
+        }
         if !st.file.cached {
             self.data.write(a.handle, offset, data).await?;
         }
@@ -552,6 +583,9 @@ impl Fs {
         }
         let _shared = st.gate.read().await;
         let st = self.state(&a).await?;
+        if let Some((p, chunk)) = Self::cas_of(&st) {
+            return self.cas_read(&a, p, chunk, offset, buf).await;
+        }
         if !st.file.cached {
             // The size and the bytes as the servers have them now.
             let size = st.file.size.max(self.getattr(a.handle).await?.size);

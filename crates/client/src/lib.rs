@@ -11,6 +11,7 @@
 //! `close-to-open`; [`Fs::shutdown`] pushes everything, so a program that
 //! calls it before exiting loses nothing.
 
+mod cas;
 mod data;
 mod files;
 mod namespace;
@@ -109,6 +110,8 @@ pub struct Fs {
     names: Mutex<HashMap<u64, String>>,
     /// The start of this node's clock (the plug-ins' `now`).
     epoch: std::time::Instant,
+    /// H-cache and D-cache of content-addressed files.
+    cas: cas::Cas,
 }
 
 /// A node id no other node is likely to have: random, with the process id.
@@ -161,6 +164,7 @@ impl Fs {
             answering: AtomicBool::new(false),
             names: Mutex::new(HashMap::new()),
             epoch: std::time::Instant::now(),
+            cas: cas::Cas::default(),
         }))
     }
 

@@ -304,7 +304,8 @@ impl Fs {
             .into_iter()
             .map(|(k, v, inherited)| (k, v, if inherited { "inherited" } else { "set" }))
             .collect();
-        for (k, v) in FilePolicies::default().settings() {
+        let set: Vec<(String, String)> = all.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
+        for (k, v) in FilePolicies::from_settings(&set).settings() {
             if !all.iter().any(|(key, _, _)| *key == k) {
                 all.push((k.to_string(), v, "default"));
             }

@@ -11,14 +11,79 @@ use crate::replacement::ReplacementKind;
 use crate::write::WritePolicyKind;
 
 /// The policy keys a file or directory can carry.
-pub const POLICY_KEYS: [&str; 6] = [
+pub const POLICY_KEYS: [&str; 7] = [
     "write",
     "replacement",
     "prefetch",
     "consistency",
+    "store",
     "stripe_unit",
     "stripe_width",
 ];
+
+/// How a file's bytes are kept on the data servers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    /// Striped blocks, overwritten in place (PVFS-like; the default).
+    #[default]
+    Blocks,
+    /// Content-addressed chunks of `chunk` bytes named by their blake3
+    /// hash, and a recipe of hashes at the metadata server (CAPFS 2005
+    /// §3.3): identical chunks are stored once, and writes commit
+    /// atomically.
+    Cas { chunk: u32 },
+}
+
+impl StoreKind {
+    /// CAPFS's default chunk: 16 KiB (2005 §3.3).
+    pub const CAS_DEFAULT: StoreKind = StoreKind::Cas { chunk: 16 << 10 };
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            StoreKind::Blocks => f.write_str("blocks"),
+            StoreKind::Cas { chunk } if chunk == 16 << 10 => f.write_str("cas"),
+            StoreKind::Cas { chunk } => write!(f, "cas(chunk={chunk})"),
+        }
+    }
+}
+
+impl std::str::FromStr for StoreKind {
+    type Err = PolicyError;
+    /// `blocks`, `cas`, `cas(chunk=64K)` (4K to 1M).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (name, params) = split_params(s)?;
+        let mut kind = find_named(
+            &[StoreKind::Blocks, StoreKind::CAS_DEFAULT],
+            name,
+            "store",
+            |k| match k {
+                StoreKind::Blocks => "blocks",
+                StoreKind::Cas { .. } => "cas",
+            },
+        )?;
+        for (k, v) in params {
+            match (&mut kind, k) {
+                (StoreKind::Cas { chunk }, "chunk") => {
+                    *chunk = parse_size(v)
+                        .filter(|n| (4 << 10..=1 << 20).contains(n))
+                        .ok_or_else(|| PolicyError::BadParameter {
+                            policy: name.to_string(),
+                            detail: format!("chunk '{v}' must be a size from 4K to 1M"),
+                        })? as u32
+                }
+                _ => {
+                    return Err(PolicyError::BadParameter {
+                        policy: name.to_string(),
+                        detail: format!("unknown parameter '{k}'"),
+                    })
+                }
+            }
+        }
+        Ok(kind)
+    }
+}
 
 /// Checks a setting and returns its value in canonical form (what the
 /// metadata server stores and `policy get` shows).
@@ -32,6 +97,7 @@ pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
         "replacement" => value.parse::<ReplacementKind>()?.to_string(),
         "prefetch" => value.parse::<PrefetchKind>()?.to_string(),
         "consistency" => value.parse::<ConsistencyKind>()?.to_string(),
+        "store" => value.parse::<StoreKind>()?.to_string(),
         "stripe_unit" => parse_size(value)
             .filter(|n| (512..=16 << 20).contains(n))
             .ok_or_else(|| bad(format!("'{value}' must be a size from 512 to 16M (e.g. 64K)")))?
@@ -122,6 +188,7 @@ pub struct FilePolicies {
     pub replacement: ReplacementKind,
     pub prefetch: PrefetchKind,
     pub consistency: ConsistencyKind,
+    pub store: StoreKind,
 }
 
 impl Default for FilePolicies {
@@ -131,6 +198,7 @@ impl Default for FilePolicies {
             replacement: ReplacementKind::Lru,
             prefetch: PrefetchKind::OneBlockAhead,
             consistency: ConsistencyKind::CloseToOpen,
+            store: StoreKind::Blocks,
         }
     }
 }
@@ -147,19 +215,26 @@ impl FilePolicies {
                 "replacement" => p.replacement = v.parse().unwrap_or(p.replacement),
                 "prefetch" => p.prefetch = v.parse().unwrap_or(p.prefetch),
                 "consistency" => p.consistency = v.parse().unwrap_or(p.consistency),
+                "store" => p.store = v.parse().unwrap_or(p.store),
                 _ => {}
             }
+        }
+        // A content-addressed file's consistency is a CAPFS plug-in;
+        // sequential consistency with a coherent H-cache when none is set.
+        if matches!(p.store, StoreKind::Cas { .. }) && !p.consistency.needs_cas() {
+            p.consistency = ConsistencyKind::Capfs(crate::consistency::seq_2::PARAMS);
         }
         p
     }
 
     /// The policies as settings (key, value), as `policy set` takes them.
-    pub fn settings(&self) -> [(&'static str, String); 4] {
+    pub fn settings(&self) -> [(&'static str, String); 5] {
         [
             ("write", self.write.to_string()),
             ("replacement", self.replacement.to_string()),
             ("prefetch", self.prefetch.to_string()),
             ("consistency", self.consistency.to_string()),
+            ("store", self.store.to_string()),
         ]
     }
 
@@ -198,5 +273,12 @@ mod tests {
         assert!(e.contains("stripe_unit") && e.contains("512"), "{e}");
         assert!(check_setting("write", "threshold(high=1").is_err());
         assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(check_setting("store", "cas(chunk=64K)").unwrap(), "cas(chunk=65536)");
+        assert_eq!(check_setting("store", "cas(chunk=16K)").unwrap(), "cas");
+        assert!(check_setting("store", "cas(chunk=3)").is_err());
+        assert!(check_setting("store", "tape")
+            .unwrap_err()
+            .to_string()
+            .contains("blocks"));
     }
 }

@@ -124,8 +124,18 @@ impl Mount {
     }
 }
 
+/// The errno a failed operation answers; an I/O error (the program sees
+/// only EIO) is logged with its cause.
 fn errno(e: &FsError) -> i32 {
-    e.errno()
+    let n = e.errno();
+    if n == libc_eio() {
+        tracing::warn!("answering EIO: {e}");
+    }
+    n
+}
+
+fn libc_eio() -> i32 {
+    5
 }
 
 fn time(t: Timestamp) -> SystemTime {

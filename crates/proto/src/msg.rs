@@ -292,7 +292,56 @@ pub enum Request {
         cluster: String,
         index: u32,
     },
+    /// Content-addressed store (`store=cas`, CAPFS 2005 §3.3). To a data
+    /// server: store the payload as a chunk under its blake3 hash.
+    PutChunk,
+    /// To a data server: the chunk named `hash`.
+    GetChunk {
+        hash: ChunkHash,
+    },
+    /// To a data server: its chunks stored more than `older_than_secs`
+    /// ago (candidates for collection; younger ones may be about to be
+    /// committed).
+    ListChunks {
+        older_than_secs: u64,
+    },
+    /// To a data server: remove these chunks (no recipe names them).
+    DropChunks {
+        hashes: Vec<ChunkHash>,
+    },
+    /// To the metadata server: the hashes of chunks `from..from + count` of
+    /// a file's recipe (holes past its end).
+    Hashes {
+        handle: Handle,
+        from: u64,
+        count: u64,
+        /// The asking node, and whether it keeps the hashes in a coherent
+        /// H-cache (it is then sent `Invalidate` at another's commit).
+        node: u64,
+        register: bool,
+    },
+    /// To the metadata server: replace chunk hashes of a file's recipe,
+    /// `(chunk index, the hash the writer read, the new hash)`, all or
+    /// none; unless `force`, refused when an old hash is no longer the
+    /// recipe's. The file grows to `size` if it is shorter.
+    Commit {
+        handle: Handle,
+        changes: Vec<(u64, ChunkHash, ChunkHash)>,
+        force: bool,
+        size: u64,
+        /// The committing node, and whether the commit completes only
+        /// once the other holders' H-caches are invalidated.
+        node: u64,
+        coherence: bool,
+    },
+    /// To the metadata server: which of these hashes no recipe names.
+    Unreferenced {
+        hashes: Vec<ChunkHash>,
+    },
 }
+
+/// A chunk's name: the blake3 hash of its bytes.
+pub type ChunkHash = [u8; 32];
 
 /// Counters a server reports.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -306,6 +355,11 @@ pub struct ServerStats {
     pub dirty_blocks: u64,
     pub immediate_writes: u64,
     pub writes_down: u64,
+    /// Content-addressed chunks this data server stores, and their bytes
+    /// (physical); at the metadata server, the chunks and bytes its
+    /// recipes name (logical).
+    pub chunks: u64,
+    pub chunk_bytes: u64,
     /// Id of the file system the server's data is on (servers sharing a
     /// disk report the same id, and its space is counted once).
     pub fs_id: u64,
@@ -358,6 +412,21 @@ pub enum Response {
         attr: Attr,
         policies: Vec<(String, String)>,
     },
+    /// A chunk stored under `hash` (`new` if it was not there before).
+    ChunkStored {
+        hash: ChunkHash,
+        new: bool,
+    },
+    Hashes(Vec<ChunkHash>),
+    /// A commit applied: the file's attributes after, and the chunks no
+    /// recipe names any more (the next collection removes them).
+    Committed {
+        attr: Attr,
+        released: Vec<ChunkHash>,
+    },
+    /// A commit refused: these chunks' hashes changed since the writer read
+    /// them (their current hashes).
+    Conflict(Vec<(u64, ChunkHash)>),
 }
 
 /// A data server's place in its cluster, kept in its directory, so a
@@ -377,6 +446,8 @@ pub enum Callback {
     /// As `Recall`, then drop the file's cached blocks and stop caching it
     /// until the node's next open is granted caching.
     Disable,
+    /// Drop the file's cached chunk hashes (CAPFS coherent H-cache).
+    Invalidate,
 }
 
 /// What went wrong, as a POSIX-like code and a message that names the
@@ -479,6 +550,12 @@ impl Request {
                 | Sync
                 | Stats
                 | Identity
+                | PutChunk
+                | GetChunk { .. }
+                | ListChunks { .. }
+                | DropChunks { .. }
+                | Hashes { .. }
+                | Unreferenced { .. }
                 | Write { .. }
                 | WriteBuffered { .. }
                 | Read { .. }

@@ -28,7 +28,7 @@ use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WriteP
 use parcache_driver::{Below, BelowError, Driver};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
-use parcache_store::{BlockStore, Entry, FileMedia, GroupLog, Wal};
+use parcache_store::{BlockStore, ChunkStore, Entry, FileMedia, GroupLog, Wal};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -117,6 +117,8 @@ fn below_err(what: &str, e: io::Error) -> BelowError {
 
 struct Iod {
     store: Arc<BlockStore>,
+    /// Content-addressed chunks (`store=cas` files).
+    chunks: Arc<ChunkStore>,
     cache: Driver<Arc<StoreBelow>>,
     below: Arc<StoreBelow>,
     data_dir: PathBuf,
@@ -343,6 +345,11 @@ fn beyond_limit(what: &str, handle: u64, offset: u64, len: u64) -> Option<Respon
     }
 }
 
+/// A chunk's hash as errors show it (its first 16 hex digits).
+fn hex_of(h: &parcache_proto::ChunkHash) -> String {
+    h[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 struct IodHandler(Arc<Iod>, Arc<watch::Sender<bool>>);
 
 impl Handler for IodHandler {
@@ -486,8 +493,57 @@ impl Handler for IodHandler {
                     },
                 }
             }
+            Request::PutChunk => {
+                let chunks = iod.chunks.clone();
+                let len = data.len();
+                match tokio::task::spawn_blocking(move || chunks.put(&data)).await {
+                    Ok(Ok((hash, new))) => Response::ChunkStored { hash, new },
+                    Ok(Err(e)) => io_reply(&format!("storing a chunk of {len} bytes"), e),
+                    Err(e) => Response::error(ErrorCode::Io, format!("storing a chunk: {e}")),
+                }
+            }
+            Request::GetChunk { hash } => {
+                let chunks = iod.chunks.clone();
+                return match tokio::task::spawn_blocking(move || chunks.get(&hash)).await {
+                    Ok(Ok(bytes)) => (
+                        Response::Data {
+                            len: bytes.len() as u64,
+                        },
+                        Bytes::from(bytes),
+                    ),
+                    Ok(Err(e)) => (io_reply(&format!("chunk {}", hex_of(&hash)), e), Bytes::new()),
+                    Err(e) => (
+                        Response::error(ErrorCode::Io, format!("reading a chunk: {e}")),
+                        Bytes::new(),
+                    ),
+                };
+            }
+            Request::ListChunks { older_than_secs } => {
+                let chunks = iod.chunks.clone();
+                let age = std::time::Duration::from_secs(older_than_secs);
+                match tokio::task::spawn_blocking(move || chunks.list_older_than(age)).await {
+                    Ok(Ok(h)) => Response::Hashes(h),
+                    Ok(Err(e)) => io_reply("listing chunks", e),
+                    Err(e) => Response::error(ErrorCode::Io, format!("listing chunks: {e}")),
+                }
+            }
+            Request::DropChunks { hashes } => {
+                let chunks = iod.chunks.clone();
+                let r = tokio::task::spawn_blocking(move || hashes.iter().try_for_each(|h| chunks.remove(h))).await;
+                match r {
+                    Ok(Ok(())) => Response::Ok,
+                    Ok(Err(e)) => io_reply("removing chunks", e),
+                    Err(e) => Response::error(ErrorCode::Io, format!("removing chunks: {e}")),
+                }
+            }
             Request::Stats => {
                 let c = iod.cache.stats();
+                let chunks = iod.chunks.clone();
+                let cs = tokio::task::spawn_blocking(move || chunks.stats())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or_default();
                 let (capacity_bytes, free_bytes, fs_id) = crate::disk(&iod.data_dir);
                 Response::Stats(ServerStats {
                     role: format!("iod ({})", iod.cache.config().write),
@@ -499,6 +555,8 @@ impl Handler for IodHandler {
                     dirty_blocks: iod.cache.dirty_buffers() as u64,
                     immediate_writes: c.immediate_writes,
                     writes_down: c.writes,
+                    chunks: cs.chunks,
+                    chunk_bytes: cs.bytes,
                     fs_id,
                 })
             }
@@ -538,6 +596,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("data server cache: {e}")))?;
     let iod = Arc::new(Iod {
         store,
+        chunks: Arc::new(ChunkStore::open(&cfg.data_dir)?),
         cache,
         below,
         data_dir: cfg.data_dir.clone(),

@@ -14,13 +14,15 @@
 
 use bytes::Bytes;
 use parcache_core::catalogue::{check_setting, parse_size};
-use parcache_core::consistency::sprite::{Queued, SpriteServer};
+use parcache_core::consistency::capfs::{self, HOLE};
+use parcache_core::consistency::sprite::{Opening, Queued, SpriteServer};
 use parcache_core::consistency::Callback as CoreCallback;
 use parcache_core::Time;
+use parcache_core::{ConsistencyKind, StoreKind};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{
-    serve, show_name, Attr, Callback, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler, Layout,
-    Request, Response, Secret, SetAttr, Timestamp, NAME_MAX, ROOT,
+    serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
+    Layout, Request, Response, Secret, SetAttr, Timestamp, NAME_MAX, ROOT,
 };
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -42,6 +44,16 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The cluster's id ("cluster") and its data servers' addresses in order
 /// ("iods", postcard), recorded at the first start.
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
+/// Content-addressed files' recipes: handle → the chunk hashes, 32 bytes
+/// each, in order (CAPFS 2005 §3.3).
+const RECIPES: TableDefinition<u64, &[u8]> = TableDefinition::new("recipes");
+/// How many recipe slots name each chunk hash; a chunk no slot names is
+/// collected.
+const REFS: TableDefinition<&[u8], u64> = TableDefinition::new("refs");
+/// Hashes one `Hashes` request may ask for.
+const HASHES_MAX: u64 = 1 << 16;
+/// Chunks a recipe may have (at 16 KiB, 64 TiB).
+const RECIPE_MAX: u64 = 1 << 32;
 
 /// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
 const XATTR_VALUE_MAX: usize = 64 << 10;
@@ -124,6 +136,50 @@ fn check_len(name: &[u8]) -> R<()> {
     Ok(())
 }
 
+/// `store` changes only on an empty file (its bytes would be in the other
+/// store), and a CAPFS consistency preset needs `store=cas` (set that
+/// first): the two must agree.
+fn check_store_and_consistency(tx: &Tx, i: &Inode, key: &str, value: &str) -> R<()> {
+    let setting = |k: &str| i.policies.iter().find(|(p, _)| p == k).map(|(_, v)| v.clone());
+    let store: StoreKind = match key {
+        "store" => value.parse().unwrap_or_default(),
+        _ => setting("store").and_then(|v| v.parse().ok()).unwrap_or_default(),
+    };
+    let consistency: ConsistencyKind = match key {
+        "consistency" => value.parse().unwrap_or_default(),
+        _ => setting("consistency").and_then(|v| v.parse().ok()).unwrap_or_default(),
+    };
+    if key == "store" && i.attr.kind == FileKind::File && (i.attr.size > 0 || !tx.recipe(i.attr.handle)?.is_empty()) {
+        return Err((
+            ErrorCode::Invalid,
+            "store applies to new files: this file already has data (set it on the directory, then copy the file)"
+                .into(),
+        ));
+    }
+    if consistency.needs_cas() && !matches!(store, StoreKind::Cas { .. }) {
+        return Err((
+            ErrorCode::Invalid,
+            format!("consistency={consistency} works on content-addressed files: set store=cas first"),
+        ));
+    }
+    if matches!(store, StoreKind::Cas { .. }) && !consistency.needs_cas() && setting("consistency").is_some() {
+        return Err((
+            ErrorCode::Invalid,
+            format!("store=cas files take a CAPFS consistency (seq-1, seq-2, for-1, for-2, rel-1), not {consistency}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The inode of a regular file.
+fn file_of(tx: &Tx, handle: Handle) -> R<Inode> {
+    let i = tx.get(handle)?;
+    if i.attr.kind != FileKind::File {
+        return Err((ErrorCode::Invalid, format!("handle {handle} is not a regular file")));
+    }
+    Ok(i)
+}
+
 /// A policy setting checked by the catalogue (the one place policy names
 /// are parsed), in canonical form.
 fn check_policy(key: &str, value: &str) -> R<String> {
@@ -180,10 +236,68 @@ impl Tx {
         t.insert(i.attr.handle, b.as_slice()).map_err(db_err)?;
         Ok(())
     }
+    /// Deletes an inode; a content-addressed file's chunks lose its
+    /// references (the next collection removes those no recipe names).
     fn delete(&self, h: Handle) -> R<()> {
         let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
         t.remove(h).map_err(db_err)?;
+        let recipe = self.recipe(h)?;
+        if !recipe.is_empty() {
+            self.w()?
+                .open_table(RECIPES)
+                .map_err(db_err)?
+                .remove(h)
+                .map_err(db_err)?;
+            self.refs(&[], &recipe)?;
+        }
         Ok(())
+    }
+    /// A file's recipe (empty for a file of the block store).
+    fn recipe(&self, h: Handle) -> R<Vec<ChunkHash>> {
+        let bytes = match &self.tx {
+            TxKind::W(tx) => tx
+                .open_table(RECIPES)
+                .map_err(db_err)?
+                .get(h)
+                .map_err(db_err)?
+                .map(|v| v.value().to_vec()),
+            TxKind::R(tx) => match tx.open_table(RECIPES) {
+                Ok(t) => t.get(h).map_err(db_err)?.map(|v| v.value().to_vec()),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(db_err(e)),
+            },
+        };
+        Ok(bytes
+            .unwrap_or_default()
+            .chunks_exact(32)
+            .map(|c| c.try_into().expect("32 bytes"))
+            .collect())
+    }
+    fn set_recipe(&self, h: Handle, recipe: &[ChunkHash]) -> R<()> {
+        let mut t = self.w()?.open_table(RECIPES).map_err(db_err)?;
+        t.insert(h, recipe.concat().as_slice()).map_err(db_err)?;
+        Ok(())
+    }
+    /// One more reference to each of `named`, one fewer to each of
+    /// `unnamed` (holes are not counted); returns the hashes no recipe
+    /// names any more.
+    fn refs(&self, named: &[ChunkHash], unnamed: &[ChunkHash]) -> R<Vec<ChunkHash>> {
+        let mut t = self.w()?.open_table(REFS).map_err(db_err)?;
+        for h in named.iter().filter(|h| **h != HOLE) {
+            let n = t.get(&h[..]).map_err(db_err)?.map_or(0, |v| v.value());
+            t.insert(&h[..], n + 1).map_err(db_err)?;
+        }
+        let mut released = Vec::new();
+        for h in unnamed.iter().filter(|h| **h != HOLE) {
+            let n = t.get(&h[..]).map_err(db_err)?.map_or(0, |v| v.value());
+            if n <= 1 {
+                t.remove(&h[..]).map_err(db_err)?;
+                released.push(*h);
+            } else {
+                t.insert(&h[..], n - 1).map_err(db_err)?;
+            }
+        }
+        Ok(released)
     }
     fn entry(&self, parent: Handle, name: &[u8]) -> R<Option<Handle>> {
         match &self.tx {
@@ -688,6 +802,7 @@ impl Mds {
             Request::SetPolicy { handle, key, value } => self.write(|tx| {
                 let value = check_policy(&key, &value)?;
                 let mut i = tx.get(handle)?;
+                check_store_and_consistency(tx, &i, &key, &value)?;
                 if key.starts_with("stripe_") && i.attr.kind == FileKind::File {
                     if i.attr.size > 0 {
                         return Err((
@@ -715,6 +830,11 @@ impl Mds {
             }),
             Request::UnsetPolicy { handle, key } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
+                match key.as_str() {
+                    "store" => check_store_and_consistency(tx, &i, "store", "blocks")?,
+                    "consistency" => check_store_and_consistency(tx, &i, "consistency", "close-to-open")?,
+                    _ => {}
+                }
                 if key.starts_with("stripe_") && i.attr.kind == FileKind::File {
                     return Err((
                         ErrorCode::Invalid,
@@ -789,14 +909,92 @@ impl Mds {
                 Ok(Response::Attr(i.attr))
             }),
             Request::Servers => Ok(Response::Servers(self.iods.clone())),
+            Request::Hashes {
+                handle, from, count, ..
+            } => self.read(|tx| {
+                file_of(tx, handle)?;
+                if count > HASHES_MAX {
+                    return Err((
+                        ErrorCode::Invalid,
+                        format!("hashes of handle {handle}: {count} asked, at most {HASHES_MAX} at once"),
+                    ));
+                }
+                let r = tx.recipe(handle)?;
+                let end = from.saturating_add(count);
+                Ok(Response::Hashes(
+                    (from..end)
+                        .map(|i| r.get(i as usize).copied().unwrap_or(HOLE))
+                        .collect(),
+                ))
+            }),
+            Request::Commit {
+                handle,
+                changes,
+                force,
+                size,
+                ..
+            } => self.write(|tx| {
+                let mut i = file_of(tx, handle)?;
+                if let Some((bad, _, _)) = changes.iter().find(|(c, _, _)| *c >= RECIPE_MAX) {
+                    return Err((
+                        ErrorCode::Invalid,
+                        format!("commit to handle {handle}: chunk {bad} is past the limit of {RECIPE_MAX}"),
+                    ));
+                }
+                let mut recipe = tx.recipe(handle)?;
+                if !force {
+                    let current = capfs::stale(&recipe, &changes);
+                    if !current.is_empty() {
+                        return Ok(Response::Conflict(current));
+                    }
+                }
+                let (named, unnamed) = capfs::apply(&mut recipe, &changes);
+                tx.set_recipe(handle, &recipe)?;
+                let released = tx.refs(&named, &unnamed)?;
+                let t = now();
+                i.attr.size = i.attr.size.max(size);
+                i.attr.mtime = t;
+                i.attr.ctime = t;
+                i.attr.version += 1;
+                tx.put(&i)?;
+                Ok(Response::Committed { attr: i.attr, released })
+            }),
+            Request::Unreferenced { hashes } => {
+                let rtx = self.db.begin_read().map_err(db_err)?;
+                let unnamed = match rtx.open_table(REFS) {
+                    Ok(t) => {
+                        let mut v = Vec::new();
+                        for h in hashes {
+                            if t.get(&h[..]).map_err(db_err)?.is_none() {
+                                v.push(h);
+                            }
+                        }
+                        v
+                    }
+                    Err(redb::TableError::TableDoesNotExist(_)) => hashes,
+                    Err(e) => return Err(db_err(e)),
+                };
+                Ok(Response::Hashes(unnamed))
+            }
             Request::Stats => {
                 let rtx = self.db.begin_read().map_err(db_err)?;
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
                 let (capacity_bytes, free_bytes) = crate::capacity(&self.dir);
+                let chunks = match rtx.open_table(REFS) {
+                    Ok(t) => {
+                        let mut n = 0;
+                        for r in t.iter().map_err(db_err)? {
+                            n += r.map_err(db_err)?.1.value();
+                        }
+                        n
+                    }
+                    Err(_) => 0,
+                };
                 Ok(Response::Stats(ServerStats {
                     role: format!("mds ({files} files)"),
                     capacity_bytes,
                     free_bytes,
+                    chunks,
                     ..ServerStats::default()
                 }))
             }
@@ -968,6 +1166,27 @@ impl Handler for MdsHandler {
                 Response::Ok
             }
             Request::Callbacks { node } => Response::Callbacks(self.2.poll(node).await),
+            Request::Hashes {
+                handle,
+                node,
+                register: true,
+                ..
+            } => {
+                self.2.hold(handle, node);
+                self.op(req).await
+            }
+            Request::Commit {
+                handle,
+                node,
+                coherence: true,
+                ..
+            } => match self.op(req).await {
+                done @ Response::Committed { .. } => {
+                    self.2.invalidate(handle, node).await;
+                    done
+                }
+                other => other,
+            },
             Request::CalledBack { node, id } => {
                 self.2.called_back(node, id);
                 Response::Ok
@@ -1028,6 +1247,12 @@ impl Sprite {
     /// (or its node was given up on at the core's deadline).
     async fn open(&self, handle: Handle, node: u64, write: bool) -> bool {
         let o = self.state.lock().open_at(self.now(), node, handle, write);
+        self.wait_for(handle, o).await;
+        self.state.lock().may_cache(handle)
+    }
+
+    /// Sends an opening's callbacks and waits until none is unanswered.
+    async fn wait_for(&self, handle: Handle, o: Opening) {
         for n in &o.gone {
             tracing::warn!("node {n:x} is gone: its opens are dropped");
         }
@@ -1041,7 +1266,7 @@ impl Sprite {
             let deadline = {
                 let s = self.state.lock();
                 if !s.waiting(&o.wait) {
-                    return s.may_cache(handle);
+                    return;
                 }
                 s.next_deadline()
             };
@@ -1059,6 +1284,17 @@ impl Sprite {
         self.state.lock().close(node, handle, write);
     }
 
+    fn hold(&self, handle: Handle, node: u64) {
+        self.state.lock().hold(self.now(), node, handle);
+    }
+
+    /// A coherent commit: returns once every other holder of the file's
+    /// hashes dropped them (or was given up on at the core's deadline).
+    async fn invalidate(&self, handle: Handle, node: u64) {
+        let o = self.state.lock().invalidate_at(self.now(), node, handle);
+        self.wait_for(handle, o).await;
+    }
+
     async fn poll(&self, node: u64) -> Vec<(u64, Handle, Callback)> {
         let wire = |q: Vec<Queued>| {
             q.into_iter()
@@ -1066,6 +1302,7 @@ impl Sprite {
                     let cb = match q.cb {
                         CoreCallback::Recall => Callback::Recall,
                         CoreCallback::Disable => Callback::Disable,
+                        CoreCallback::Invalidate => Callback::Invalidate,
                     };
                     (q.id, q.file, cb)
                 })

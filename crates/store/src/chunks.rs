@@ -20,6 +20,9 @@ pub fn chunk_hash(bytes: &[u8]) -> ChunkHash {
 
 pub struct ChunkStore {
     dir: PathBuf,
+    /// Makes each put's temporary name unique (two puts of one chunk at
+    /// once, from two writers, must not share a file).
+    puts: std::sync::atomic::AtomicU64,
 }
 
 /// What the store holds.
@@ -51,7 +54,10 @@ impl ChunkStore {
     pub fn open(data_dir: &Path) -> io::Result<ChunkStore> {
         let dir = data_dir.join("chunks");
         std::fs::create_dir_all(&dir)?;
-        let store = ChunkStore { dir };
+        let store = ChunkStore {
+            dir,
+            puts: Default::default(),
+        };
         for sub in std::fs::read_dir(&store.dir)? {
             let sub = sub?.path();
             if !sub.is_dir() {
@@ -92,7 +98,8 @@ impl ChunkStore {
         // A unique temporary name: two writers of the same chunk at once
         // each write their own, and the second rename replaces the first
         // with identical bytes.
-        let tmp = parent.join(format!("{}.{}.tmp", hex(&h), std::process::id()));
+        let n = self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = parent.join(format!("{}.{}-{n}.tmp", hex(&h), std::process::id()));
         let mut f = File::create(&tmp)?;
         let r = f.write_all(bytes).and_then(|_| f.sync_all());
         if let Err(e) = r {
@@ -124,7 +131,21 @@ impl ChunkStore {
         }
     }
 
-    /// Every stored chunk (for a collection sweep).
+    /// Chunks stored at least `age` ago: a collection sweep's candidates
+    /// (a younger chunk may belong to a commit still on its way).
+    pub fn list_older_than(&self, age: std::time::Duration) -> io::Result<Vec<ChunkHash>> {
+        let now = std::time::SystemTime::now();
+        let mut out = Vec::new();
+        for h in self.list()? {
+            let m = std::fs::metadata(self.path(&h))?.modified()?;
+            if now.duration_since(m).unwrap_or_default() >= age {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every stored chunk.
     pub fn list(&self) -> io::Result<Vec<ChunkHash>> {
         let mut out = Vec::new();
         for sub in std::fs::read_dir(&self.dir)? {
@@ -190,6 +211,28 @@ mod tests {
         s.remove(&h).unwrap();
         assert!(!s.contains(&h));
         assert_eq!(s.get(&h).unwrap_err().kind(), io::ErrorKind::NotFound);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Two writers storing the same chunk at once both succeed (a mount
+    /// test found the second one failing: they shared a temporary name).
+    #[test]
+    fn the_same_chunk_put_at_once_by_many_writers() {
+        let d = dir("race");
+        let s = std::sync::Arc::new(ChunkStore::open(&d).unwrap());
+        let data = vec![3u8; 16 << 10];
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (s, data) = (s.clone(), data.clone());
+                std::thread::spawn(move || (0..50).map(|_| s.put(&data).map(|(h, _)| h)).collect::<Vec<_>>())
+            })
+            .collect();
+        for t in threads {
+            for r in t.join().unwrap() {
+                assert_eq!(r.unwrap(), chunk_hash(&data));
+            }
+        }
+        assert_eq!(s.stats().unwrap().chunks, 1);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -11,7 +11,9 @@
 //! [`HCache`] the node's cache of hashes. The simulator drives them
 //! (`parcache sim run capfs05-…`).
 
+use super::{Action, Callback, Consistency, ConsistencyKind, KernelCache, NodeFile, ServerView};
 use crate::ids::{FileId, NodeId};
+use crate::time::Time;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// A chunk's name: its content hash (blake3 or SHA-256 in a real store).
@@ -22,7 +24,7 @@ pub const HOLE: ChunkHash = [0; 32];
 
 /// The parameters a CAPFS plug-in sets at open (2005 §3.6, "Setting
 /// Parameters at Open").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CapfsParams {
     /// Keep hashes in the node's H-cache (reads need no hash fetch when
     /// they hit; writes know their old hashes).
@@ -58,6 +60,56 @@ impl CapfsParams {
     }
 }
 
+impl CapfsParams {
+    /// The presets of Table 1, by name.
+    pub const PRESETS: [(&'static str, CapfsParams); 5] = [
+        ("seq-1", super::seq_1::PARAMS),
+        ("seq-2", super::seq_2::PARAMS),
+        ("for-1", super::for_1::PARAMS),
+        ("for-2", super::for_2::PARAMS),
+        ("rel-1", super::rel_1::PARAMS),
+    ];
+
+    /// The preset these parameters are, if any.
+    pub fn preset(&self) -> Option<&'static str> {
+        Self::PRESETS.iter().find(|(_, p)| p == self).map(|(n, _)| *n)
+    }
+}
+
+/// The node's half of a CAPFS plug-in. Its files are content-addressed:
+/// nothing goes through the node's block cache (the driver reads and writes
+/// chunks through the H-cache and D-cache), the kernel's page cache is
+/// bypassed, and the metadata server's invalidations drop cached hashes.
+#[derive(Clone, Copy, Debug)]
+pub struct Capfs(pub CapfsParams);
+
+impl Consistency for Capfs {
+    fn kind(&self) -> ConsistencyKind {
+        ConsistencyKind::Capfs(self.0)
+    }
+
+    fn post_open(&self, file: &mut NodeFile, _now: Time, _server: ServerView, _cacheable: bool) -> Vec<Action> {
+        file.opens += 1;
+        file.cached = false;
+        vec![]
+    }
+
+    fn called_back(&self, _file: &mut NodeFile, cb: Callback) -> Vec<Action> {
+        match cb {
+            Callback::Invalidate => vec![Action::DropHashes],
+            _ => vec![Action::PushDirty, Action::ReportSize],
+        }
+    }
+
+    fn kernel_cache(&self) -> KernelCache {
+        KernelCache::Bypass
+    }
+
+    fn capfs(&self) -> Option<CapfsParams> {
+        Some(self.0)
+    }
+}
+
 /// A commit's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Commit {
@@ -72,6 +124,38 @@ pub enum Commit {
     /// fetches these current hashes, redoes its write on the current
     /// chunks and commits again (its stored chunks are orphans now).
     Conflict { current: Vec<(u64, ChunkHash)> },
+}
+
+/// The changes of a commit whose old hash is no longer the recipe's, with
+/// the recipe's current hash (2005 §3.4.4): empty when the commit may apply.
+pub fn stale(recipe: &[ChunkHash], changes: &[(u64, ChunkHash, ChunkHash)]) -> Vec<(u64, ChunkHash)> {
+    let at = |i: u64| recipe.get(i as usize).copied().unwrap_or(HOLE);
+    changes
+        .iter()
+        .filter(|(i, old, _)| at(*i) != *old)
+        .map(|(i, _, _)| (*i, at(*i)))
+        .collect()
+}
+
+/// Applies a commit's changes to a recipe (growing it with holes as
+/// needed); returns the hashes it now names and those it no longer names
+/// (one per change, holes left out), for the references to follow.
+pub fn apply(recipe: &mut Vec<ChunkHash>, changes: &[(u64, ChunkHash, ChunkHash)]) -> (Vec<ChunkHash>, Vec<ChunkHash>) {
+    let (mut named, mut unnamed) = (Vec::new(), Vec::new());
+    for &(i, _, new) in changes {
+        let i = i as usize;
+        if recipe.len() <= i {
+            recipe.resize(i + 1, HOLE);
+        }
+        let old = std::mem::replace(&mut recipe[i], new);
+        if new != HOLE {
+            named.push(new);
+        }
+        if old != HOLE {
+            unnamed.push(old);
+        }
+    }
+    (named, unnamed)
 }
 
 /// The metadata server's half: recipes, chunk references and the nodes
@@ -126,33 +210,23 @@ impl RecipeServer {
     ) -> Commit {
         let recipe = self.recipes.entry(file).or_default();
         if !force {
-            let stale: Vec<(u64, ChunkHash)> = changes
-                .iter()
-                .filter(|(i, old, _)| recipe.get(*i as usize).copied().unwrap_or(HOLE) != *old)
-                .map(|(i, _, _)| (*i, recipe.get(*i as usize).copied().unwrap_or(HOLE)))
-                .collect();
-            if !stale.is_empty() {
+            let current = stale(recipe, changes);
+            if !current.is_empty() {
                 self.conflicts += 1;
-                return Commit::Conflict { current: stale };
+                return Commit::Conflict { current };
             }
         }
+        let (named, unnamed) = apply(recipe, changes);
+        for h in named {
+            *self.refs.entry(h).or_default() += 1;
+        }
         let mut released = Vec::new();
-        for &(i, _, new) in changes {
-            let i = i as usize;
-            if recipe.len() <= i {
-                recipe.resize(i + 1, HOLE);
-            }
-            let old = std::mem::replace(&mut recipe[i], new);
-            if new != HOLE {
-                *self.refs.entry(new).or_default() += 1;
-            }
-            if old != HOLE {
-                let n = self.refs.get_mut(&old).expect("a recipe's chunk is referenced");
-                *n -= 1;
-                if *n == 0 {
-                    self.refs.remove(&old);
-                    released.push(old);
-                }
+        for old in unnamed {
+            let n = self.refs.get_mut(&old).expect("a recipe's chunk is referenced");
+            *n -= 1;
+            if *n == 0 {
+                self.refs.remove(&old);
+                released.push(old);
             }
         }
         self.commits += 1;

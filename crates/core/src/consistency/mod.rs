@@ -61,6 +61,9 @@ pub enum ConsistencyKind {
     Session,
     Posix,
     None,
+    /// A CAPFS plug-in (Table 1's presets, or parameters set one by one);
+    /// needs the file's `store=cas`.
+    Capfs(capfs::CapfsParams),
 }
 
 impl ConsistencyKind {
@@ -70,7 +73,7 @@ impl ConsistencyKind {
         timeout: Span(3_000_000_000),
     };
 
-    /// Every plug-in, with default parameters.
+    /// Every plug-in for the block store, with default parameters.
     pub const ALL: [ConsistencyKind; 6] = [
         ConsistencyKind::CloseToOpen,
         ConsistencyKind::Sprite,
@@ -79,6 +82,12 @@ impl ConsistencyKind {
         ConsistencyKind::Posix,
         ConsistencyKind::None,
     ];
+
+    /// Whether the plug-in works on content-addressed files (`store=cas`)
+    /// rather than on the block store.
+    pub fn needs_cas(self) -> bool {
+        matches!(self, ConsistencyKind::Capfs(_))
+    }
 
     /// The bare catalogue name, without parameters.
     pub fn name(self) -> &'static str {
@@ -89,6 +98,7 @@ impl ConsistencyKind {
             ConsistencyKind::Session => "session",
             ConsistencyKind::Posix => "posix",
             ConsistencyKind::None => "none",
+            ConsistencyKind::Capfs(p) => p.preset().unwrap_or("capfs"),
         }
     }
 
@@ -101,6 +111,7 @@ impl ConsistencyKind {
             ConsistencyKind::Session => Box::new(session::Session),
             ConsistencyKind::Posix => Box::new(posix::Posix),
             ConsistencyKind::None => Box::new(none::NoConsistency),
+            ConsistencyKind::Capfs(p) => Box::new(capfs::Capfs(p)),
         }
     }
 }
@@ -109,6 +120,18 @@ impl fmt::Display for ConsistencyKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             ConsistencyKind::Nfs { timeout } if timeout != Span::from_secs(3) => write!(f, "nfs(timeout={timeout})"),
+            ConsistencyKind::Capfs(p) if p.preset().is_none() => {
+                let on = |b: bool| if b { "on" } else { "off" };
+                write!(
+                    f,
+                    "capfs(use_hcache={},hcache_coherence={},force_commit={},delay_commit={},num_hashes={})",
+                    on(p.use_hcache),
+                    on(p.hcache_coherence),
+                    on(p.force_commit),
+                    on(p.delay_commit),
+                    p.num_hashes
+                )
+            }
             k => f.write_str(k.name()),
         }
     }
@@ -119,17 +142,51 @@ impl FromStr for ConsistencyKind {
     /// Accepts the names above and `nfs(timeout=10s)`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, params) = split_params(s)?;
-        let mut kind = find_named(&ConsistencyKind::ALL, name, "consistency", ConsistencyKind::name)?;
+        let mut all: Vec<ConsistencyKind> = ConsistencyKind::ALL.to_vec();
+        all.extend(
+            capfs::CapfsParams::PRESETS
+                .iter()
+                .map(|(_, p)| ConsistencyKind::Capfs(*p)),
+        );
+        all.push(ConsistencyKind::Capfs(capfs::CapfsParams::PRESETS[0].1));
+        let mut kind = if name == "capfs" {
+            ConsistencyKind::Capfs(capfs::CapfsParams::PRESETS[0].1)
+        } else {
+            find_named(&all, name, "consistency", ConsistencyKind::name)?
+        };
         let bad = |detail: String| PolicyError::BadParameter {
             policy: name.to_string(),
             detail,
+        };
+        let flag = |v: &str| match v {
+            "on" | "true" | "1" | "yes" => Ok(true),
+            "off" | "false" | "0" | "no" => Ok(false),
+            _ => Err(bad(format!("'{v}' is not on or off"))),
         };
         for (k, v) in params {
             match (&mut kind, k) {
                 (ConsistencyKind::Nfs { timeout }, "timeout") => {
                     *timeout = parse_span(v).ok_or_else(|| bad(format!("timeout '{v}'")))?
                 }
+                (ConsistencyKind::Capfs(p), "use_hcache") => p.use_hcache = flag(v)?,
+                (ConsistencyKind::Capfs(p), "hcache_coherence") => p.hcache_coherence = flag(v)?,
+                (ConsistencyKind::Capfs(p), "force_commit") => p.force_commit = flag(v)?,
+                (ConsistencyKind::Capfs(p), "delay_commit") => p.delay_commit = flag(v)?,
+                (ConsistencyKind::Capfs(p), "num_hashes") => {
+                    p.num_hashes = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=65536).contains(n))
+                        .ok_or_else(|| bad(format!("num_hashes '{v}' must be from 1 to 65536")))?
+                }
                 _ => return Err(bad(format!("unknown parameter '{k}'"))),
+            }
+        }
+        if let ConsistencyKind::Capfs(p) = kind {
+            if p.delay_commit {
+                return Err(bad(
+                    "delay_commit is not supported yet (commits go with each write)".into()
+                ));
             }
         }
         Ok(kind)
@@ -243,6 +300,9 @@ pub enum Callback {
     /// its reads and writes to the servers until a later open says
     /// otherwise (the file became write-shared).
     Disable,
+    /// Drop the file's cached chunk hashes: another node committed new
+    /// ones (CAPFS's coherent H-cache, 2005 §3.4).
+    Invalidate,
 }
 
 /// What a plug-in asks its driver to do, in the order returned.
@@ -268,6 +328,8 @@ pub enum Action {
     Adopt,
     /// Read the whole file into the node cache.
     FetchWhole,
+    /// Drop the file's cached chunk hashes (a CAPFS H-cache invalidation).
+    DropHashes,
 }
 
 /// How the kernel above a mount may cache an open file's pages.
@@ -354,6 +416,11 @@ pub trait Consistency: fmt::Debug + Send + Sync {
     fn kernel_cache(&self) -> KernelCache {
         KernelCache::UntilOpen
     }
+
+    /// The CAPFS parameters, for a plug-in of content-addressed files.
+    fn capfs(&self) -> Option<capfs::CapfsParams> {
+        None
+    }
 }
 
 /// The check close-to-open and its relatives make when they learn the
@@ -395,6 +462,22 @@ mod tests {
         assert_eq!(k.to_string(), "nfs(timeout=10s)");
         assert!("nfs(timeout=soon)".parse::<ConsistencyKind>().is_err());
         assert!("sprite(timeout=1s)".parse::<ConsistencyKind>().is_err());
+        // CAPFS: the presets by name, parameters one by one.
+        for (name, p) in capfs::CapfsParams::PRESETS {
+            let k: ConsistencyKind = name.parse().unwrap();
+            assert_eq!((k, k.to_string()), (ConsistencyKind::Capfs(p), name.to_string()));
+            assert!(k.needs_cas());
+        }
+        let k: ConsistencyKind = "seq-2(hcache_coherence=off,force_commit=on)".parse().unwrap();
+        assert_eq!(k.to_string(), "rel-1", "Table 1's rel-1 by its parameters");
+        let k: ConsistencyKind = "capfs(use_hcache=on,num_hashes=64)".parse().unwrap();
+        assert_eq!(
+            k.to_string(),
+            "capfs(use_hcache=on,hcache_coherence=off,force_commit=off,delay_commit=off,num_hashes=64)"
+        );
+        assert_eq!(k.to_string().parse::<ConsistencyKind>().unwrap(), k);
+        assert!("seq-1(num_hashes=0)".parse::<ConsistencyKind>().is_err());
+        assert!("seq-1(delay_commit=on)".parse::<ConsistencyKind>().is_err());
     }
 
     #[test]

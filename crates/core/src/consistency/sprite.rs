@@ -67,6 +67,7 @@ impl Consistency for Sprite {
         match cb {
             Callback::Recall => vec![Action::PushDirty, Action::ReportSize],
             Callback::Disable => stop_caching(file),
+            Callback::Invalidate => vec![Action::DropHashes],
         }
     }
 
@@ -164,6 +165,8 @@ pub struct SpriteServer {
     links: HashMap<NodeId, Link>,
     /// Callbacks not yet answered: their node, file and deadline.
     outstanding: BTreeMap<u64, (NodeId, FileId, Time)>,
+    /// Nodes keeping a file's chunk hashes in a coherent H-cache (CAPFS).
+    holders: HashMap<FileId, std::collections::BTreeSet<NodeId>>,
     next_id: u64,
 }
 
@@ -252,6 +255,50 @@ impl SpriteServer {
         o
     }
 
+    /// `node` keeps hashes of `file` in a coherent H-cache (CAPFS 2005
+    /// §3.4): another node's coherent commit invalidates them.
+    pub fn hold(&mut self, now: Time, node: NodeId, file: FileId) {
+        self.links.entry(node).or_default().last_seen = Some(now);
+        self.holders.entry(file).or_default().insert(node);
+    }
+
+    /// `node` committed new hashes of `file` with coherence: every other
+    /// holder is sent `Invalidate` (and holds nothing until it fetches
+    /// again); the commit is complete when none of `wait` is waiting.
+    pub fn invalidate_at(&mut self, now: Time, node: NodeId, file: FileId) -> Opening {
+        let mut o = Opening {
+            wait: vec![],
+            notify: vec![],
+            gone: vec![],
+        };
+        let others: Vec<NodeId> = match self.holders.get_mut(&file) {
+            Some(h) => {
+                let others = h.iter().copied().filter(|&n| n != node).collect();
+                h.retain(|&n| n == node);
+                others
+            }
+            None => vec![],
+        };
+        for n in others {
+            if !self.links.get(&n).is_some_and(|l| l.alive(now)) {
+                self.drop_node(n);
+                o.gone.push(n);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            self.links.entry(n).or_default().queue.push(Queued {
+                id,
+                file,
+                cb: Callback::Invalidate,
+            });
+            self.outstanding.insert(id, (n, file, now + CALLBACK_TIMEOUT));
+            o.wait.push(id);
+            o.notify.push(n);
+        }
+        o
+    }
+
     /// `node` asks for its callbacks: those queued, or `None` when there
     /// are none (the driver waits for a notification, then calls
     /// [`SpriteServer::poll_ended`]).
@@ -310,6 +357,9 @@ impl SpriteServer {
 
     fn drop_node(&mut self, node: NodeId) {
         self.links.remove(&node);
+        for h in self.holders.values_mut() {
+            h.remove(&node);
+        }
         self.outstanding.retain(|_, (n, _, _)| *n != node);
         self.node_gone(node);
     }
@@ -359,6 +409,7 @@ impl SpriteServer {
     /// The file was removed: forget it.
     pub fn removed(&mut self, file: FileId) {
         self.files.remove(&file);
+        self.holders.remove(&file);
     }
 
     /// The answer to an open of `file` once its callbacks are done: whether
@@ -594,6 +645,18 @@ mod tests {
         let first = s.open_at(t(15), 7, 9, false);
         let second = s.open_at(t(15), 8, 9, false);
         assert_eq!(second.wait, first.wait);
+        // Coherent H-caches: a commit invalidates the other holders once.
+        s.poll(t(14), 9);
+        s.hold(t(14), 9, 11);
+        s.hold(t(14), 6, 11);
+        let o = s.invalidate_at(t(14), 6, 11);
+        assert_eq!(o.notify, [9]);
+        assert!(
+            s.invalidate_at(t(14), 6, 11).wait.is_empty(),
+            "9 holds nothing until it fetches again"
+        );
+        let got = s.poll_ended(t(14), 9);
+        assert_eq!(got[0].cb, Callback::Invalidate);
         // A node silent too long is not called back at all.
         s.open_at(t(20), 4, 8, true);
         s.close(4, 8, true);

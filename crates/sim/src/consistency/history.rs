@@ -39,7 +39,8 @@ pub fn promises(kind: ConsistencyKind) -> &'static [Promise] {
             &[Promise::CloseToOpen]
         }
         ConsistencyKind::Sprite | ConsistencyKind::Posix => &[Promise::CloseToOpen, Promise::ReadAfterWrite],
-        ConsistencyKind::None => &[],
+        // Modelled in `capfs05` (content-addressed), not in this model.
+        ConsistencyKind::None | ConsistencyKind::Capfs(_) => &[],
     }
 }
 

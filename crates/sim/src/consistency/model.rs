@@ -493,6 +493,8 @@ impl Model {
                 node.waiting = Some(Waiting::All);
                 self.send(n, Msg::ReadAll);
             }
+            // No chunk hashes in this model (block store only).
+            Action::DropHashes => {}
         }
     }
 

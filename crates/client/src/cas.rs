@@ -1,0 +1,372 @@
+//! Content-addressed files (`store=cas`, Vilayannur et al. 2005 §3.3–3.4):
+//! a file is a recipe of chunk hashes at the metadata server; chunks live
+//! on the data servers by hash (server = hash mod servers). A write stores
+//! its new chunks first, then commits `(chunk, old hash, new hash)`; a
+//! refused commit (another writer came first) is redone on the current
+//! chunks, so every write lands whole or not at all. The node keeps an
+//! H-cache of hashes (as the file's CAPFS plug-in says) and a D-cache of
+//! chunks by hash (a hit needs no server, whatever file it came from).
+
+use crate::{Fs, FsError, Result};
+use parcache_core::consistency::capfs::{CapfsParams, HCache, HOLE};
+use parcache_driver::join_all;
+use parcache_proto::{Attr, ChunkHash, ErrorCode, Request, Response};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+
+/// Hashes the node's H-cache holds (the paper capped hashes per file).
+const HCACHE_HASHES: usize = 1 << 16;
+/// Bytes of chunks the node's D-cache holds.
+const DCACHE_BYTES: usize = 64 << 20;
+/// Tries of a write whose commit keeps being refused.
+const COMMIT_TRIES: u32 = 64;
+
+/// The node's caches for content-addressed files.
+pub(crate) struct Cas {
+    hcache: Mutex<HCache>,
+    dcache: Mutex<DCache>,
+}
+
+/// Chunks by hash, least recently stored out first.
+#[derive(Default)]
+struct DCache {
+    chunks: HashMap<ChunkHash, Vec<u8>>,
+    order: VecDeque<ChunkHash>,
+    bytes: usize,
+}
+
+impl DCache {
+    fn get(&self, h: &ChunkHash) -> Option<Vec<u8>> {
+        self.chunks.get(h).cloned()
+    }
+    fn put(&mut self, h: ChunkHash, bytes: Vec<u8>) {
+        if self.chunks.contains_key(&h) {
+            return;
+        }
+        self.bytes += bytes.len();
+        self.chunks.insert(h, bytes);
+        self.order.push_back(h);
+        while self.bytes > DCACHE_BYTES {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(b) = self.chunks.remove(&old) {
+                self.bytes -= b.len();
+            }
+        }
+    }
+}
+
+impl Default for Cas {
+    fn default() -> Self {
+        Cas {
+            hcache: Mutex::new(HCache::new(HCACHE_HASHES)),
+            dcache: Mutex::new(DCache::default()),
+        }
+    }
+}
+
+impl Cas {
+    /// Drops the file's cached hashes (an invalidation, or a refused commit).
+    pub(crate) fn drop_hashes(&self, handle: u64) {
+        self.hcache.lock().invalidate(handle);
+    }
+}
+
+/// The data server that keeps a chunk.
+fn server_of(h: &ChunkHash, servers: usize) -> u32 {
+    (u64::from_le_bytes(h[..8].try_into().expect("8 bytes")) % servers.max(1) as u64) as u32
+}
+
+impl Fs {
+    /// Hashes of chunks `from..to` of the file: from the H-cache where the
+    /// plug-in keeps one, else from the metadata server in runs of
+    /// `num_hashes`.
+    async fn hashes(&self, handle: u64, p: CapfsParams, from: u64, to: u64) -> Result<Vec<ChunkHash>> {
+        let mut known: HashMap<u64, ChunkHash> = HashMap::new();
+        if p.use_hcache {
+            let mut hc = self.cas.hcache.lock();
+            for i in from..to {
+                if let Some(h) = hc.get(handle, i) {
+                    known.insert(i, h);
+                }
+            }
+        }
+        let mut i = from;
+        while i < to {
+            if known.contains_key(&i) {
+                i += 1;
+                continue;
+            }
+            let count = (to - i).min(p.num_hashes as u64);
+            if p.registers_holders() {
+                self.answer_callbacks();
+            }
+            let req = Request::Hashes {
+                handle,
+                from: i,
+                count,
+                node: self.node,
+                register: p.registers_holders(),
+            };
+            let got = match self.md(&self.what(handle), req).await? {
+                Response::Hashes(h) => h,
+                other => return Err(FsError::Protocol(format!("unexpected reply to Hashes: {other:?}"))),
+            };
+            let mut hc = self.cas.hcache.lock();
+            for (k, h) in got.into_iter().enumerate() {
+                let at = i + k as u64;
+                if p.use_hcache {
+                    hc.put(handle, at, h);
+                }
+                known.insert(at, h);
+            }
+            i += count;
+        }
+        Ok((from..to).map(|i| known.get(&i).copied().unwrap_or(HOLE)).collect())
+    }
+
+    /// A chunk's bytes: the D-cache, else its data server.
+    async fn chunk(&self, h: &ChunkHash, chunk: usize) -> Result<Vec<u8>> {
+        if *h == HOLE {
+            return Ok(vec![0; chunk]);
+        }
+        if let Some(b) = self.cas.dcache.lock().get(h) {
+            return Ok(b);
+        }
+        let s = server_of(h, self.data.servers());
+        match self.data.call(s, &Request::GetChunk { hash: *h }, &[]).await? {
+            (Response::Data { .. }, bytes) => {
+                let b = bytes.to_vec();
+                self.cas.dcache.lock().put(*h, b.clone());
+                Ok(b)
+            }
+            (Response::Error(e), _) => Err(FsError::Remote {
+                path: format!("chunk on data server {s}"),
+                code: e.code,
+                message: e.message,
+            }),
+            (other, _) => Err(FsError::Protocol(format!("unexpected reply to GetChunk: {other:?}"))),
+        }
+    }
+
+    /// Stores a chunk on its data server (durable when this returns).
+    async fn put_chunk(&self, bytes: Vec<u8>) -> Result<ChunkHash> {
+        let h = parcache_store_hash(&bytes);
+        let s = server_of(&h, self.data.servers());
+        match self.data.call(s, &Request::PutChunk, &bytes).await? {
+            (Response::ChunkStored { hash, .. }, _) if hash == h => {
+                self.cas.dcache.lock().put(h, bytes);
+                Ok(h)
+            }
+            (Response::ChunkStored { .. }, _) => Err(FsError::Protocol(format!(
+                "data server {s} stored a chunk under another hash than its bytes have"
+            ))),
+            (Response::Error(e), _) => Err(FsError::Remote {
+                path: format!("chunk on data server {s}"),
+                code: e.code,
+                message: e.message,
+            }),
+            (other, _) => Err(FsError::Protocol(format!("unexpected reply to PutChunk: {other:?}"))),
+        }
+    }
+
+    /// Writes `data` at `offset` of a content-addressed file: the new
+    /// chunks (old bytes where the write covers a chunk in part) are
+    /// stored, then committed; a refused commit is redone on the current
+    /// chunks. Returns the file's attributes after.
+    pub(crate) async fn cas_write(
+        &self,
+        a: &Attr,
+        p: CapfsParams,
+        chunk: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Attr> {
+        let cs = chunk as u64;
+        let end = offset + data.len() as u64;
+        let (first, last) = (offset / cs, (end - 1) / cs);
+        let what = self.what(a.handle);
+        for _ in 0..COMMIT_TRIES {
+            let old = self.hashes(a.handle, p, first, last + 1).await?;
+            let mut news = Vec::new();
+            for (k, i) in (first..=last).enumerate() {
+                let (start, stop) = (i * cs, (i + 1) * cs);
+                let whole = offset <= start && end >= stop;
+                let mut bytes = if whole {
+                    vec![0u8; chunk as usize]
+                } else {
+                    self.chunk(&old[k], chunk as usize).await?
+                };
+                let from = offset.max(start);
+                let to = end.min(stop);
+                bytes[(from - start) as usize..(to - start) as usize]
+                    .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                news.push(bytes);
+            }
+            let stored = futures_join(news.into_iter().map(|b| self.put_chunk(b))).await?;
+            let changes: Vec<(u64, ChunkHash, ChunkHash)> = (first..=last)
+                .zip(old.iter().zip(stored))
+                .map(|(i, (o, n))| (i, *o, n))
+                .collect();
+            let req = Request::Commit {
+                handle: a.handle,
+                changes: changes.clone(),
+                force: p.force_commit,
+                size: end,
+                node: self.node,
+                coherence: p.hcache_coherence,
+            };
+            match self.md(&what, req).await? {
+                Response::Committed { attr, .. } => {
+                    if p.use_hcache {
+                        let mut hc = self.cas.hcache.lock();
+                        for (i, _, n) in changes {
+                            hc.put(a.handle, i, n);
+                        }
+                    }
+                    return Ok(attr);
+                }
+                Response::Conflict(current) => {
+                    // Another writer committed first: its chunks are the
+                    // old ones now (ours stay orphans until collected).
+                    let mut hc = self.cas.hcache.lock();
+                    hc.invalidate(a.handle);
+                    tracing::debug!("{what}: commit refused ({} chunks changed), redone", current.len());
+                }
+                other => {
+                    return Err(FsError::Protocol(format!(
+                        "{what}: unexpected reply to Commit: {other:?}"
+                    )))
+                }
+            }
+        }
+        Err(FsError::Remote {
+            path: what,
+            code: ErrorCode::Io,
+            message: format!(
+                "the write's commit was refused {COMMIT_TRIES} times (other writers kept changing the same chunks)"
+            ),
+        })
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of a content-addressed file up
+    /// to its size as the metadata server has it now.
+    pub(crate) async fn cas_read(
+        &self,
+        a: &Attr,
+        p: CapfsParams,
+        chunk: u32,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let size = self.getattr(a.handle).await?.size;
+        let end = size.min(offset.saturating_add(buf.len() as u64));
+        if offset >= end {
+            return Ok(0);
+        }
+        let cs = chunk as u64;
+        let (first, last) = (offset / cs, (end - 1) / cs);
+        let hashes = self.hashes(a.handle, p, first, last + 1).await?;
+        let got = futures_join(hashes.iter().map(|h| self.chunk(h, chunk as usize))).await?;
+        for (k, bytes) in got.into_iter().enumerate() {
+            let i = first + k as u64;
+            let (start, stop) = (i * cs, (i + 1) * cs);
+            let from = offset.max(start);
+            let to = end.min(stop);
+            buf[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&bytes[(from - start) as usize..(to - start) as usize]);
+        }
+        Ok((end - offset) as usize)
+    }
+
+    /// Cuts or extends a content-addressed file: chunks wholly past the new
+    /// size become holes, a partly cut one is rewritten with zeros after
+    /// the size (so bytes past it never come back), in one forced commit.
+    pub(crate) async fn cas_truncate(&self, a: &Attr, p: CapfsParams, chunk: u32, size: u64) -> Result<()> {
+        let cs = chunk as u64;
+        let old_size = self.getattr(a.handle).await?.size;
+        if size >= old_size {
+            return Ok(());
+        }
+        let (first, last) = (size / cs, (old_size - 1) / cs);
+        let old = self.hashes(a.handle, p, first, last + 1).await?;
+        let mut changes = Vec::new();
+        for (k, i) in (first..=last).enumerate() {
+            let new = if i * cs < size {
+                let mut bytes = self.chunk(&old[k], chunk as usize).await?;
+                bytes[(size - i * cs) as usize..].fill(0);
+                self.put_chunk(bytes).await?
+            } else {
+                HOLE
+            };
+            changes.push((i, old[k], new));
+        }
+        let req = Request::Commit {
+            handle: a.handle,
+            changes,
+            force: true,
+            size: 0,
+            node: self.node,
+            coherence: p.hcache_coherence,
+        };
+        match self.md(&self.what(a.handle), req).await? {
+            Response::Committed { .. } => {
+                self.cas.drop_hashes(a.handle);
+                Ok(())
+            }
+            other => Err(FsError::Protocol(format!("unexpected reply to Commit: {other:?}"))),
+        }
+    }
+
+    /// Removes chunks no recipe names from every data server, of those
+    /// stored at least `older_than_secs` ago (younger ones may belong to a
+    /// commit on its way). Returns (chunks looked at, chunks removed).
+    pub async fn collect_chunks(&self, older_than_secs: u64) -> Result<(u64, u64)> {
+        let (mut seen, mut dropped) = (0, 0);
+        for s in 0..self.data.servers() as u32 {
+            let listed = match self.data.call(s, &Request::ListChunks { older_than_secs }, &[]).await? {
+                (Response::Hashes(h), _) => h,
+                (other, _) => return Err(FsError::Protocol(format!("data server {s}: {other:?}"))),
+            };
+            seen += listed.len() as u64;
+            for batch in listed.chunks(4096) {
+                let req = Request::Unreferenced { hashes: batch.to_vec() };
+                let unnamed = match self.md("collection", req).await? {
+                    Response::Hashes(h) => h,
+                    other => {
+                        return Err(FsError::Protocol(format!(
+                            "unexpected reply to Unreferenced: {other:?}"
+                        )))
+                    }
+                };
+                if unnamed.is_empty() {
+                    continue;
+                }
+                dropped += unnamed.len() as u64;
+                match self.data.call(s, &Request::DropChunks { hashes: unnamed }, &[]).await? {
+                    (Response::Ok, _) => {}
+                    (other, _) => return Err(FsError::Protocol(format!("data server {s}: {other:?}"))),
+                }
+            }
+        }
+        Ok((seen, dropped))
+    }
+}
+
+/// The hash that names a chunk: blake3, as the data servers' chunk store
+/// (`parcache_store::chunk_hash`) names them and checks them on every read.
+fn parcache_store_hash(bytes: &[u8]) -> ChunkHash {
+    *blake3::hash(bytes).as_bytes()
+}
+
+/// Runs the futures at once; the first error wins.
+async fn futures_join<T>(fs: impl IntoIterator<Item = impl std::future::Future<Output = Result<T>>>) -> Result<Vec<T>> {
+    let mut set = Vec::new();
+    for f in fs {
+        set.push(f);
+    }
+    let mut out = Vec::with_capacity(set.len());
+    for r in join_all(set).await {
+        out.push(r?);
+    }
+    Ok(out)
+}
