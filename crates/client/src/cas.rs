@@ -217,6 +217,7 @@ impl Fs {
             };
             match self.md(&what, req).await? {
                 Response::Committed { attr, .. } => {
+                    tracing::debug!("{what}: committed {} bytes at {offset}", data.len());
                     if p.use_hcache {
                         let mut hc = self.cas.hcache.lock();
                         for (i, _, n) in changes {
