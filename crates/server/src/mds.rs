@@ -171,6 +171,17 @@ fn check_store_and_consistency(tx: &Tx, i: &Inode, key: &str, value: &str) -> R<
     Ok(())
 }
 
+/// A node changed the file's content up to `size`: it grows to that size
+/// if shorter, its times move and its version is bumped (what
+/// close-to-open's revalidation compares).
+fn changed(i: &mut Inode, size: u64) {
+    let t = now();
+    i.attr.size = i.attr.size.max(size);
+    i.attr.mtime = t;
+    i.attr.ctime = t;
+    i.attr.version += 1;
+}
+
 /// The inode of a regular file.
 fn file_of(tx: &Tx, handle: Handle) -> R<Inode> {
     let i = tx.get(handle)?;
@@ -900,11 +911,7 @@ impl Mds {
             }),
             Request::Written { handle, size } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
-                let t = now();
-                i.attr.size = i.attr.size.max(size);
-                i.attr.mtime = t;
-                i.attr.ctime = t;
-                i.attr.version += 1;
+                changed(&mut i, size);
                 tx.put(&i)?;
                 Ok(Response::Attr(i.attr))
             }),
@@ -951,11 +958,7 @@ impl Mds {
                 let (named, unnamed) = capfs::apply(&mut recipe, &changes);
                 tx.set_recipe(handle, &recipe)?;
                 let released = tx.refs(&named, &unnamed)?;
-                let t = now();
-                i.attr.size = i.attr.size.max(size);
-                i.attr.mtime = t;
-                i.attr.ctime = t;
-                i.attr.version += 1;
+                changed(&mut i, size);
                 tx.put(&i)?;
                 Ok(Response::Committed { attr: i.attr, released })
             }),

@@ -240,19 +240,25 @@ impl SpriteServer {
             gone: vec![],
         };
         for (n, cb) in grant.callbacks {
-            if !self.links.get(&n).is_some_and(|l| l.alive(now)) {
-                self.drop_node(n);
-                o.gone.push(n);
-                continue;
-            }
-            let id = self.next_id;
-            self.next_id += 1;
-            self.links.entry(n).or_default().queue.push(Queued { id, file, cb });
-            self.outstanding.insert(id, (n, file, now + CALLBACK_TIMEOUT));
-            o.wait.push(id);
-            o.notify.push(n);
+            self.call_back(now, n, file, cb, &mut o);
         }
         o
+    }
+
+    /// Queues `cb` about `file` for node `n` with its deadline, and adds it
+    /// to what `o` waits for; a node silent too long is dropped instead.
+    fn call_back(&mut self, now: Time, n: NodeId, file: FileId, cb: Callback, o: &mut Opening) {
+        if !self.links.get(&n).is_some_and(|l| l.alive(now)) {
+            self.drop_node(n);
+            o.gone.push(n);
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.links.entry(n).or_default().queue.push(Queued { id, file, cb });
+        self.outstanding.insert(id, (n, file, now + CALLBACK_TIMEOUT));
+        o.wait.push(id);
+        o.notify.push(n);
     }
 
     /// `node` keeps hashes of `file` in a coherent H-cache (CAPFS 2005
@@ -280,21 +286,7 @@ impl SpriteServer {
             None => vec![],
         };
         for n in others {
-            if !self.links.get(&n).is_some_and(|l| l.alive(now)) {
-                self.drop_node(n);
-                o.gone.push(n);
-                continue;
-            }
-            let id = self.next_id;
-            self.next_id += 1;
-            self.links.entry(n).or_default().queue.push(Queued {
-                id,
-                file,
-                cb: Callback::Invalidate,
-            });
-            self.outstanding.insert(id, (n, file, now + CALLBACK_TIMEOUT));
-            o.wait.push(id);
-            o.notify.push(n);
+            self.call_back(now, n, file, Callback::Invalidate, &mut o);
         }
         o
     }

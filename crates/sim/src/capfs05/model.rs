@@ -666,67 +666,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore]
-    fn explore() {
-        use parcache_core::consistency::{for_1, for_2};
-        let c = Costs::default();
-        let systems = [
-            ("pvfs", System::Pvfs),
-            ("seq-1", System::Capfs(seq_1::PARAMS)),
-            ("seq-2", System::Capfs(seq_2::PARAMS)),
-            ("for-1", System::Capfs(for_1::PARAMS)),
-            ("for-2", System::Capfs(for_2::PARAMS)),
-            ("rel-1", System::Capfs(rel_1::PARAMS)),
-        ];
-        for write in [false, true] {
-            for mb in [64u64, 256, 1024, 2048, 3072, 4096, 6144] {
-                let mut line = format!("{} {mb:>5} MB:", if write { "write" } else { "read " });
-                for (name, sys) in systems {
-                    let per = (mb << 20) / 16;
-                    let ops: Vec<Vec<Op>> = (0..16u64)
-                        .map(|k| {
-                            let mut v = Vec::new();
-                            let mut at = k * per;
-                            while at < (k + 1) * per {
-                                v.push(Op::Write {
-                                    file: 1,
-                                    offset: at,
-                                    len: 1 << 20,
-                                    pattern: Pattern::Repeating { period: 64 },
-                                });
-                                at += 1 << 20;
-                            }
-                            at = k * per;
-                            v.push(Op::StartClock);
-                            while at < (k + 1) * per {
-                                v.push(if write {
-                                    Op::Write {
-                                        file: 1,
-                                        offset: at,
-                                        len: 1 << 20,
-                                        pattern: Pattern::Repeating { period: 64 },
-                                    }
-                                } else {
-                                    Op::Read {
-                                        file: 1,
-                                        offset: at,
-                                        len: 1 << 20,
-                                    }
-                                });
-                                at += 1 << 20;
-                            }
-                            v
-                        })
-                        .collect();
-                    let m = run(sys, &c, ops);
-                    line.push_str(&format!(" {name} {:>6.1}", m.mb_per_s()));
-                }
-                eprintln!("{line}");
-            }
-        }
-    }
-
-    #[test]
     fn runs_group_consecutive_indices() {
         assert_eq!(runs(&[1, 2, 3, 5, 6], 2), VecDeque::from(vec![(1, 2), (3, 1), (5, 2)]));
     }
