@@ -42,6 +42,18 @@ pub struct CapfsParams {
 }
 
 impl CapfsParams {
+    /// A row of Table 1: the three parameters that define the presets,
+    /// `delay_commit` off and `num_hashes` the default.
+    pub const fn table_1(use_hcache: bool, hcache_coherence: bool, force_commit: bool) -> CapfsParams {
+        CapfsParams {
+            use_hcache,
+            hcache_coherence,
+            force_commit,
+            delay_commit: false,
+            num_hashes: Self::DEFAULT_NUM_HASHES,
+        }
+    }
+
     /// Hashes per fetch when not set: a 16 KiB chunk's worth of 64-byte
     /// entries, a few RPCs for a gigabyte file of 16 KiB chunks.
     pub const DEFAULT_NUM_HASHES: u32 = 256;

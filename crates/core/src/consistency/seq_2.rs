@@ -2,20 +2,14 @@
 
 use super::capfs::CapfsParams;
 
-/// The preset's parameters (`delay_commit` off, `num_hashes` the default).
-pub const PARAMS: CapfsParams = CapfsParams {
-    use_hcache: true,
-    hcache_coherence: true,
-    force_commit: false,
-    delay_commit: false,
-    num_hashes: CapfsParams::DEFAULT_NUM_HASHES,
-};
+/// The preset's parameters: Table 1's row (use_hcache true, hcache_coherence true, force_commit false).
+pub const PARAMS: CapfsParams = CapfsParams::table_1(true, true, false);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Table 1's row: use_hcache true, hcache_coherence true, force_commit false.
+    /// Table 1's row, and whether the preset is sequentially consistent.
     #[test]
     fn table_1_row() {
         assert_eq!(
