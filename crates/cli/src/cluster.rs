@@ -362,11 +362,18 @@ pub fn down(a: DataArg) -> Result<()> {
     let rt = crate::daemon::runtime()?;
     // The metadata server first, then the data servers (they checkpoint
     // their logs before they answer).
-    let mut addrs = vec![c.mds.clone()];
-    addrs.extend(c.iods.iter().cloned());
+    // cluster.json lists the data servers' pids first, the metadata server's last.
+    let mut addrs = vec![(c.mds.clone(), c.pids.last().copied())];
+    addrs.extend(c.iods.iter().cloned().zip(c.pids.iter().copied().map(Some)));
     let mut problems = vec![];
     rt.block_on(async {
-        for addr in &addrs {
+        for (addr, pid) in &addrs {
+            if pid.is_some_and(|p| !alive(p)) {
+                // Crashed or killed before: nothing to stop, and its log
+                // is replayed at the next `up`.
+                println!("{addr} was not running");
+                continue;
+            }
             let ask = async {
                 let cl = Client::connect(addr, &secret).await?;
                 anyhow::Ok(cl.call(&Request::Shutdown, &[]).await?.0)

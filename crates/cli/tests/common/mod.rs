@@ -22,6 +22,16 @@ pub fn parcache(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `status`'s chunk line: (named by recipes, stored).
+pub fn chunk_counts(d: &str) -> (u64, u64) {
+    let (_, out, _) = parcache(&["status", "--data", d]);
+    let Some(line) = out.lines().find(|l| l.starts_with("chunks")) else {
+        return (0, 0);
+    };
+    let nums: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    (nums[0], nums[1])
+}
+
 /// A cluster started with `parcache up` in a temporary directory, stopped
 /// (or killed) and removed when dropped.
 pub struct Cluster {
