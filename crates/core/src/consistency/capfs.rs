@@ -100,10 +100,21 @@ impl Consistency for Capfs {
         ConsistencyKind::Capfs(self.0)
     }
 
-    fn post_open(&self, file: &mut NodeFile, _now: Time, _server: ServerView, _cacheable: bool) -> Vec<Action> {
+    /// Nothing is cached but hashes. An H-cache that no callback keeps
+    /// coherent (`rel-1`) is checked at open instead: the file's hashes are
+    /// dropped when another commit moved its version since this node saw
+    /// it, so stale hashes live at most until the file is opened again
+    /// (the paper leaves their lifetime open, 2005 §4 Table 1).
+    fn post_open(&self, file: &mut NodeFile, _now: Time, server: ServerView, _cacheable: bool) -> Vec<Action> {
         file.opens += 1;
         file.cached = false;
-        vec![]
+        let moved = file.version != server.version;
+        file.version = server.version;
+        if self.0.use_hcache && !self.0.hcache_coherence && moved {
+            vec![Action::DropHashes]
+        } else {
+            vec![]
+        }
     }
 
     fn called_back(&self, _file: &mut NodeFile, cb: Callback) -> Vec<Action> {
@@ -411,6 +422,28 @@ mod tests {
 
     fn h(n: u8) -> ChunkHash {
         [n; 32]
+    }
+
+    /// A non-coherent H-cache is dropped at an open after another commit;
+    /// a coherent one (callbacks keep it) and no H-cache never are.
+    #[test]
+    fn a_non_coherent_h_cache_is_revalidated_at_open() {
+        let at = |version| ServerView { size: 0, version };
+        for (params, drops) in [
+            (CapfsParams::table_1(true, false, true), true),
+            (CapfsParams::table_1(true, true, false), false),
+            (CapfsParams::table_1(false, false, false), false),
+        ] {
+            let p = Capfs(params);
+            let mut f = NodeFile::new(at(3), Time::ZERO);
+            assert!(
+                p.post_open(&mut f, Time::ZERO, at(3), true).is_empty(),
+                "unchanged: kept"
+            );
+            let acts = p.post_open(&mut f, Time::ZERO, at(4), true);
+            assert_eq!(acts.contains(&Action::DropHashes), drops, "{params:?}");
+            assert!(p.post_open(&mut f, Time::ZERO, at(4), true).is_empty());
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `rel-1` (Vilayannur et al. 2005, Table 1): the most relaxed: forced commits and an H-cache that is not kept coherent. A node may read hashes another node has replaced until its entries age out; for files not shared between unrelated processes. The fastest writes (320 MB/s against PVFS's 280 MB/s with 16 clients, §4.1).
+//! `rel-1` (Vilayannur et al. 2005, Table 1): the most relaxed: forced commits and an H-cache that is not kept coherent. A node may read hashes another node has replaced until it opens the file again (`Capfs::post_open`); for files not shared between unrelated processes. The fastest writes (320 MB/s against PVFS's 280 MB/s with 16 clients, §4.1).
 
 use super::capfs::CapfsParams;
 
