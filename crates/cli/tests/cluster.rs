@@ -257,3 +257,70 @@ async fn acknowledged_writes_survive_kill_9_of_the_servers() {
     );
     let _ = Path::new(&c.dir);
 }
+
+/// `delay_commit` (CAPFS 2005 §3.6): a node's writes are stored at once
+/// but committed at its fsync or close, in one forced commit; the node
+/// reads its own writes before, other nodes see them after; the changes
+/// of a node that never closes are lost whole (the file keeps its last
+/// commit). Without force_commit the setting is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_commits_reach_other_nodes_at_fsync_and_close() {
+    let c = Cluster::up("delay", 2);
+    let (ok, _, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        c.d(),
+        "pc:/",
+        "store=cas",
+        "consistency=seq-1(delay_commit=on)",
+    ]);
+    assert!(!ok && err.contains("needs force_commit=on"), "{err}");
+    let (ok, _, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        c.d(),
+        "pc:/",
+        "store=cas",
+        "consistency=for-1(delay_commit=on)",
+    ]);
+    assert!(ok, "{err}");
+    let (a_fs, b_fs) = (c.fs().await, c.fs().await);
+    let a = a_fs.create("/d", 0o644, true).await.unwrap();
+    let a = a_fs.open(&a, true).await.unwrap();
+    a_fs.write_at(&a, 0, &[1u8; 65536]).await.unwrap();
+    a_fs.write_at(&a, 100_000, &[2u8; 20_000]).await.unwrap();
+    let mut want = vec![1u8; 65536];
+    want.resize(100_000, 0);
+    want.extend([2u8; 20_000]);
+    assert!(
+        a_fs.read_at(&a, 0, 200_000).await.unwrap() == want,
+        "the writer reads its own writes"
+    );
+    let b = b_fs.open(&b_fs.resolve("/d").await.unwrap(), false).await.unwrap();
+    assert!(
+        b_fs.read_at(&b, 0, 200_000).await.unwrap().is_empty(),
+        "not committed yet"
+    );
+    a_fs.fsync(&a).await.unwrap();
+    assert!(
+        b_fs.read_at(&b, 0, 200_000).await.unwrap() == want,
+        "committed at fsync"
+    );
+    a_fs.write_at(&a, 0, &[3u8; 16384]).await.unwrap();
+    want[..16384].fill(3);
+    a_fs.close(&a, true).await.unwrap();
+    assert!(
+        b_fs.read_at(&b, 0, 200_000).await.unwrap() == want,
+        "committed at close"
+    );
+    // A node gone without closing: its delayed changes never reach the file.
+    let a = a_fs.open(&a, true).await.unwrap();
+    a_fs.write_at(&a, 0, &[4u8; 120_000]).await.unwrap();
+    drop(a_fs);
+    assert!(
+        b_fs.read_at(&b, 0, 200_000).await.unwrap() == want,
+        "the last commit stays, whole"
+    );
+}

@@ -21,10 +21,21 @@ const DCACHE_BYTES: usize = 64 << 20;
 /// Tries of a write whose commit keeps being refused.
 const COMMIT_TRIES: u32 = 64;
 
-/// The node's caches for content-addressed files.
+/// The node's caches for content-addressed files, and the commits that
+/// `delay_commit` holds back, by file.
 pub(crate) struct Cas {
     hcache: Mutex<HCache>,
     dcache: Mutex<DCache>,
+    delayed: Mutex<HashMap<u64, Delayed>>,
+}
+
+/// A file's changes stored but not committed yet (`delay_commit`, 2005
+/// §3.6): per chunk the hash before the first of them and the newest; the
+/// size the writes reached. This node reads through them.
+#[derive(Default)]
+struct Delayed {
+    changes: std::collections::BTreeMap<u64, (ChunkHash, ChunkHash)>,
+    size: u64,
 }
 
 /// Chunks by hash, least recently stored out first.
@@ -60,6 +71,7 @@ impl Default for Cas {
         Cas {
             hcache: Mutex::new(HCache::new(HCACHE_HASHES)),
             dcache: Mutex::new(DCache::default()),
+            delayed: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -121,7 +133,15 @@ impl Fs {
             }
             i += count;
         }
-        Ok((from..to).map(|i| known.get(&i).copied().unwrap_or(HOLE)).collect())
+        // This node's delayed changes come first: it reads its own writes.
+        let delayed = self.cas.delayed.lock();
+        let mine = delayed.get(&handle).map(|d| &d.changes);
+        Ok((from..to)
+            .map(|i| match mine.and_then(|m| m.get(&i)) {
+                Some((_, new)) => *new,
+                None => known.get(&i).copied().unwrap_or(HOLE),
+            })
+            .collect())
     }
 
     /// A chunk's bytes: the D-cache, else its data server.
@@ -172,7 +192,8 @@ impl Fs {
     /// Writes `data` at `offset` of a content-addressed file: the new
     /// chunks (old bytes where the write covers a chunk in part) are
     /// stored, then committed; a refused commit is redone on the current
-    /// chunks. Returns the file's attributes after.
+    /// chunks. Returns the file's attributes after; `None` when the plug-in
+    /// delays commits (the changes wait for [`Fs::cas_commit_delayed`]).
     pub(crate) async fn cas_write(
         &self,
         a: &Attr,
@@ -180,7 +201,7 @@ impl Fs {
         chunk: u32,
         offset: u64,
         data: &[u8],
-    ) -> Result<Attr> {
+    ) -> Result<Option<Attr>> {
         let cs = chunk as u64;
         let end = offset + data.len() as u64;
         let (first, last) = (offset / cs, (end - 1) / cs);
@@ -207,6 +228,15 @@ impl Fs {
                 .zip(old.iter().zip(stored))
                 .map(|(i, (o, n))| (i, *o, n))
                 .collect();
+            if p.delay_commit {
+                let mut delayed = self.cas.delayed.lock();
+                let d = delayed.entry(a.handle).or_default();
+                for (i, old, new) in changes {
+                    d.changes.entry(i).and_modify(|c| c.1 = new).or_insert((old, new));
+                }
+                d.size = d.size.max(end);
+                return Ok(None);
+            }
             let req = Request::Commit {
                 handle: a.handle,
                 changes: changes.clone(),
@@ -224,7 +254,7 @@ impl Fs {
                             hc.put(a.handle, i, n);
                         }
                     }
-                    return Ok(attr);
+                    return Ok(Some(attr));
                 }
                 Response::Conflict(current) => {
                     // Another writer committed first: its chunks are the
@@ -249,6 +279,51 @@ impl Fs {
         })
     }
 
+    /// Commits the file's delayed changes (stored already) in one forced
+    /// commit; nothing when there are none. Returns the attributes after.
+    /// A failed commit keeps them for the next close or fsync to retry.
+    pub(crate) async fn cas_commit_delayed(&self, handle: u64, p: CapfsParams) -> Result<Option<Attr>> {
+        let Some(d) = self.cas.delayed.lock().remove(&handle) else {
+            return Ok(None);
+        };
+        let changes: Vec<(u64, ChunkHash, ChunkHash)> = d.changes.iter().map(|(&i, &(o, n))| (i, o, n)).collect();
+        let req = Request::Commit {
+            handle,
+            changes: changes.clone(),
+            force: true,
+            size: d.size,
+            node: self.node,
+            coherence: p.hcache_coherence,
+        };
+        let what = self.what(handle);
+        let reply = self.md(&what, req).await;
+        match reply {
+            Ok(Response::Committed { attr, .. }) => {
+                tracing::debug!("{what}: committed {} delayed chunk changes", changes.len());
+                if p.use_hcache {
+                    let mut hc = self.cas.hcache.lock();
+                    for (i, _, n) in changes {
+                        hc.put(handle, i, n);
+                    }
+                }
+                Ok(Some(attr))
+            }
+            other => {
+                // Back, under any changes written since (they are newer).
+                let mut delayed = self.cas.delayed.lock();
+                let now = delayed.entry(handle).or_default();
+                for (i, c) in d.changes {
+                    now.changes.entry(i).or_insert(c);
+                }
+                now.size = now.size.max(d.size);
+                match other {
+                    Err(e) => Err(e),
+                    Ok(r) => Err(FsError::Protocol(format!("{what}: unexpected reply to Commit: {r:?}"))),
+                }
+            }
+        }
+    }
+
     /// Reads `buf.len()` bytes at `offset` of a content-addressed file up
     /// to its size as the metadata server has it now.
     pub(crate) async fn cas_read(
@@ -259,7 +334,10 @@ impl Fs {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<usize> {
-        let size = self.getattr(a.handle).await?.size;
+        let mut size = self.getattr(a.handle).await?.size;
+        if let Some(d) = self.cas.delayed.lock().get(&a.handle) {
+            size = size.max(d.size);
+        }
         let end = size.min(offset.saturating_add(buf.len() as u64));
         if offset >= end {
             return Ok(0);
@@ -283,6 +361,7 @@ impl Fs {
     /// size become holes, a partly cut one is rewritten with zeros after
     /// the size (so bytes past it never come back), in one forced commit.
     pub(crate) async fn cas_truncate(&self, a: &Attr, p: CapfsParams, chunk: u32, size: u64) -> Result<()> {
+        self.cas_commit_delayed(a.handle, p).await?;
         let cs = chunk as u64;
         let old_size = self.getattr(a.handle).await?.size;
         if size >= old_size {

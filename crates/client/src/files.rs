@@ -150,6 +150,13 @@ impl Fs {
                 }
                 Action::FetchWhole => self.fetch_whole(st, handle).await?,
                 Action::DropHashes => self.cas.drop_hashes(handle),
+                Action::CommitDelayed => {
+                    if let Some((p, _)) = Self::cas_of(st) {
+                        if let Some(after) = self.cas_commit_delayed(handle, p).await? {
+                            *latest = after;
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -350,6 +357,9 @@ impl Fs {
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
+        if let Some((p, _)) = Self::cas_of(&st) {
+            self.cas_commit_delayed(a.handle, p).await?;
+        }
         self.write_back(&st.pool, a.handle).await?;
         self.report_attr(a.handle).await?;
         self.data.sync(a.handle).await?;
@@ -427,6 +437,9 @@ impl Fs {
             return Ok(());
         };
         let _alone = st.gate.write().await;
+        if let Some((p, _)) = Self::cas_of(&st) {
+            self.cas_commit_delayed(handle, p).await?;
+        }
         self.write_back(&st.pool, handle).await?;
         self.report_attr(handle).await?;
         st.pool.discard_file(handle, 0).await;
@@ -529,8 +542,10 @@ impl Fs {
             let attr = self.cas_write(a, p, chunk, offset, data).await?;
             self.with_file(a.handle, |_, f| {
                 f.wrote(end);
-                let upto = f.writes;
-                f.reported(upto, view(&attr));
+                if let Some(attr) = &attr {
+                    let upto = f.writes;
+                    f.reported(upto, view(attr));
+                }
             });
             return Ok(());
         }

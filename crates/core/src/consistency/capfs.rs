@@ -117,6 +117,19 @@ impl Consistency for Capfs {
         }
     }
 
+    /// With `delay_commit`, a close (each descriptor's flush, and the
+    /// release) commits what the node's writes held back: the changes
+    /// reach the file together, forced (2005 §3.6: "delay the commits till
+    /// the time of a close, set the force_commit flag").
+    fn flush(&self, _file: &mut NodeFile, _now: Time) -> Vec<Action> {
+        self.commit_delayed()
+    }
+
+    fn release(&self, file: &mut NodeFile, _now: Time, _write: bool) -> Vec<Action> {
+        file.opens = file.opens.saturating_sub(1);
+        self.commit_delayed()
+    }
+
     fn called_back(&self, _file: &mut NodeFile, cb: Callback) -> Vec<Action> {
         match cb {
             Callback::Invalidate => vec![Action::DropHashes],
@@ -130,6 +143,16 @@ impl Consistency for Capfs {
 
     fn capfs(&self) -> Option<CapfsParams> {
         Some(self.0)
+    }
+}
+
+impl Capfs {
+    fn commit_delayed(&self) -> Vec<Action> {
+        if self.0.delay_commit {
+            vec![Action::CommitDelayed]
+        } else {
+            vec![]
+        }
     }
 }
 
@@ -443,6 +466,30 @@ mod tests {
             let acts = p.post_open(&mut f, Time::ZERO, at(4), true);
             assert_eq!(acts.contains(&Action::DropHashes), drops, "{params:?}");
             assert!(p.post_open(&mut f, Time::ZERO, at(4), true).is_empty());
+        }
+    }
+
+    /// Delayed commits go at a close (flush or release), and only then.
+    #[test]
+    fn delayed_commits_go_at_close() {
+        let delayed = CapfsParams {
+            delay_commit: true,
+            ..CapfsParams::table_1(false, false, true)
+        };
+        let mut f = NodeFile::new(ServerView { size: 0, version: 1 }, Time::ZERO);
+        for (params, want) in [
+            (delayed, vec![Action::CommitDelayed]),
+            (CapfsParams::table_1(false, false, true), vec![]),
+        ] {
+            let p = Capfs(params);
+            p.post_open(&mut f, Time::ZERO, ServerView { size: 0, version: 1 }, true);
+            assert!(p
+                .post_write(&mut f, Time::ZERO, true)
+                .iter()
+                .all(|a| *a != Action::CommitDelayed));
+            assert_eq!(p.flush(&mut f, Time::ZERO), want);
+            assert_eq!(p.release(&mut f, Time::ZERO, true), want);
+            assert_eq!(f.opens, 0);
         }
     }
 

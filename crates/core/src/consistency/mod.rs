@@ -183,9 +183,11 @@ impl FromStr for ConsistencyKind {
             }
         }
         if let ConsistencyKind::Capfs(p) = kind {
-            if p.delay_commit {
+            if p.delay_commit && !p.force_commit {
                 return Err(bad(
-                    "delay_commit is not supported yet (commits go with each write)".into()
+                    "delay_commit=on needs force_commit=on (a delayed commit that another \
+                     writer's commit overtook cannot be redone: its writes are no longer at hand)"
+                        .into(),
                 ));
             }
         }
@@ -330,6 +332,9 @@ pub enum Action {
     FetchWhole,
     /// Drop the file's cached chunk hashes (a CAPFS H-cache invalidation).
     DropHashes,
+    /// Commit the chunks this node's writes stored but held back
+    /// (`delay_commit`, 2005 §3.6 "Delayed commits").
+    CommitDelayed,
 }
 
 /// How the kernel above a mount may cache an open file's pages.
@@ -478,6 +483,8 @@ mod tests {
         assert_eq!(k.to_string().parse::<ConsistencyKind>().unwrap(), k);
         assert!("seq-1(num_hashes=0)".parse::<ConsistencyKind>().is_err());
         assert!("seq-1(delay_commit=on)".parse::<ConsistencyKind>().is_err());
+        let session = "for-1(delay_commit=on)".parse::<ConsistencyKind>().unwrap();
+        assert!(matches!(session, ConsistencyKind::Capfs(p) if p.delay_commit && p.force_commit));
     }
 
     #[test]

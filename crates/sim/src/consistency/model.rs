@@ -494,7 +494,7 @@ impl Model {
                 self.send(n, Msg::ReadAll);
             }
             // No chunk hashes in this model (block store only).
-            Action::DropHashes => {}
+            Action::DropHashes | Action::CommitDelayed => {}
         }
     }
 
