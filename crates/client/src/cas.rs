@@ -18,6 +18,12 @@ use std::collections::{HashMap, VecDeque};
 const HCACHE_HASHES: usize = 1 << 16;
 /// Bytes of chunks the node's D-cache holds.
 const DCACHE_BYTES: usize = 64 << 20;
+/// Bytes of chunks in one request to a data server.
+const BATCH_BYTES: usize = 4 << 20;
+/// Chunk changes in one commit (72 bytes each encoded, well inside a
+/// message): a write commits whole up to this many chunks (256 MiB of
+/// 16 KiB chunks); a larger one commits in parts.
+pub(crate) const COMMIT_CHANGES: usize = 16_384;
 /// Tries of a write whose commit keeps being refused.
 const COMMIT_TRIES: u32 = 64;
 
@@ -144,48 +150,112 @@ impl Fs {
             .collect())
     }
 
-    /// A chunk's bytes: the D-cache, else its data server.
-    async fn chunk(&self, h: &ChunkHash, chunk: usize) -> Result<Vec<u8>> {
-        if *h == HOLE {
-            return Ok(vec![0; chunk]);
+    /// Chunks' bytes: holes are zeros, the D-cache's need no server, the
+    /// rest come from their data servers in one request per server (of at
+    /// most [`BATCH_BYTES`]), all in flight at once.
+    async fn chunks(&self, hashes: &[ChunkHash], chunk: usize) -> Result<Vec<Vec<u8>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; hashes.len()];
+        let mut want: HashMap<u32, Vec<usize>> = HashMap::new();
+        {
+            let dc = self.cas.dcache.lock();
+            for (k, h) in hashes.iter().enumerate() {
+                if *h == HOLE {
+                    out[k] = Some(vec![0; chunk]);
+                } else if let Some(b) = dc.get(h) {
+                    out[k] = Some(b);
+                } else {
+                    want.entry(server_of(h, self.data.servers())).or_default().push(k);
+                }
+            }
         }
-        if let Some(b) = self.cas.dcache.lock().get(h) {
-            return Ok(b);
+        let per = (BATCH_BYTES / chunk.max(1)).max(1);
+        let mut asks = Vec::new();
+        let mut order = Vec::new();
+        for (&s, ks) in &want {
+            for ks in ks.chunks(per) {
+                asks.push(self.get_chunks(s, ks.iter().map(|&k| hashes[k]).collect()));
+                order.push(ks.to_vec());
+            }
         }
-        let s = server_of(h, self.data.servers());
-        match self.data.call(s, &Request::GetChunk { hash: *h }, &[]).await? {
-            (Response::Data { .. }, bytes) => {
-                let b = bytes.to_vec();
-                self.cas.dcache.lock().put(*h, b.clone());
-                Ok(b)
+        let fetched: Vec<Vec<(usize, Vec<u8>)>> = futures_join(asks)
+            .await?
+            .into_iter()
+            .zip(order)
+            .map(|(got, ks)| ks.into_iter().zip(got).collect())
+            .collect();
+        let mut dc = self.cas.dcache.lock();
+        for (k, bytes) in fetched.into_iter().flatten() {
+            dc.put(hashes[k], bytes.clone());
+            out[k] = Some(bytes);
+        }
+        Ok(out.into_iter().map(|b| b.expect("every chunk filled")).collect())
+    }
+
+    /// Stores chunks on their data servers (durable at the file's next fsync), in
+    /// one request per server (of at most [`BATCH_BYTES`]), all in flight
+    /// at once; returns their hashes.
+    async fn put_chunks(&self, chunks: Vec<Vec<u8>>) -> Result<Vec<ChunkHash>> {
+        let hashes: Vec<ChunkHash> = chunks.iter().map(|b| parcache_store_hash(b)).collect();
+        let mut by_server: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (k, h) in hashes.iter().enumerate() {
+            by_server.entry(server_of(h, self.data.servers())).or_default().push(k);
+        }
+        let per = (BATCH_BYTES / chunks.first().map_or(1, |c| c.len().max(1))).max(1);
+        let mut puts = Vec::new();
+        for (&s, ks) in &by_server {
+            for ks in ks.chunks(per) {
+                let lens = ks.iter().map(|&k| chunks[k].len() as u32).collect();
+                let payload: Vec<u8> = ks.iter().flat_map(|&k| chunks[k].iter().copied()).collect();
+                puts.push(self.put_batch(s, lens, payload, ks.iter().map(|&k| hashes[k]).collect()));
+            }
+        }
+        futures_join(puts).await?;
+        let mut dc = self.cas.dcache.lock();
+        for (h, b) in hashes.iter().zip(chunks) {
+            dc.put(*h, b);
+        }
+        Ok(hashes)
+    }
+
+    /// One `GetChunks` request: the chunks' bytes, in order.
+    async fn get_chunks(&self, s: u32, hashes: Vec<ChunkHash>) -> Result<Vec<Vec<u8>>> {
+        let n = hashes.len();
+        match self.data.call(s, &Request::GetChunks { hashes }, &[]).await? {
+            (Response::Chunks { lens }, bytes) if lens.len() == n => {
+                let mut at = 0;
+                let mut got = Vec::with_capacity(n);
+                for l in lens {
+                    let l = l as usize;
+                    let piece = bytes.get(at..at + l).ok_or_else(|| {
+                        FsError::Protocol(format!("data server {s} sent fewer chunk bytes than it said"))
+                    })?;
+                    got.push(piece.to_vec());
+                    at += l;
+                }
+                Ok(got)
             }
             (Response::Error(e), _) => Err(FsError::Remote {
-                path: format!("chunk on data server {s}"),
+                path: format!("chunks on data server {s}"),
                 code: e.code,
                 message: e.message,
             }),
-            (other, _) => Err(FsError::Protocol(format!("unexpected reply to GetChunk: {other:?}"))),
+            (other, _) => Err(FsError::Protocol(format!("unexpected reply to GetChunks: {other:?}"))),
         }
     }
 
-    /// Stores a chunk on its data server (durable when this returns).
-    async fn put_chunk(&self, bytes: Vec<u8>) -> Result<ChunkHash> {
-        let h = parcache_store_hash(&bytes);
-        let s = server_of(&h, self.data.servers());
-        match self.data.call(s, &Request::PutChunk, &bytes).await? {
-            (Response::ChunkStored { hash, .. }, _) if hash == h => {
-                self.cas.dcache.lock().put(h, bytes);
-                Ok(h)
-            }
-            (Response::ChunkStored { .. }, _) => Err(FsError::Protocol(format!(
-                "data server {s} stored a chunk under another hash than its bytes have"
+    /// One `PutChunks` request; checks the server named them `want`.
+    async fn put_batch(&self, s: u32, lens: Vec<u32>, payload: Vec<u8>, want: Vec<ChunkHash>) -> Result<()> {
+        match self.data.call(s, &Request::PutChunks { lens }, &payload).await? {
+            (Response::ChunksStored { hashes, .. }, _) if hashes == want => Ok(()),
+            (Response::ChunksStored { .. }, _) => Err(FsError::Protocol(format!(
+                "data server {s} stored chunks under other hashes than their bytes have"
             ))),
             (Response::Error(e), _) => Err(FsError::Remote {
-                path: format!("chunk on data server {s}"),
+                path: format!("chunks on data server {s}"),
                 code: e.code,
                 message: e.message,
             }),
-            (other, _) => Err(FsError::Protocol(format!("unexpected reply to PutChunk: {other:?}"))),
+            (other, _) => Err(FsError::Protocol(format!("unexpected reply to PutChunks: {other:?}"))),
         }
     }
 
@@ -208,22 +278,28 @@ impl Fs {
         let what = self.what(a.handle);
         for _ in 0..COMMIT_TRIES {
             let old = self.hashes(a.handle, p, first, last + 1).await?;
+            // Chunks the write covers in part (the first and last at most)
+            // start from their old bytes.
+            let partial: Vec<usize> = (first..=last)
+                .enumerate()
+                .filter(|&(_, i)| offset > i * cs || end < (i + 1) * cs)
+                .map(|(k, _)| k)
+                .collect();
+            let bases = self
+                .chunks(&partial.iter().map(|&k| old[k]).collect::<Vec<_>>(), chunk as usize)
+                .await?;
+            let mut bases: HashMap<usize, Vec<u8>> = partial.into_iter().zip(bases).collect();
             let mut news = Vec::new();
             for (k, i) in (first..=last).enumerate() {
                 let (start, stop) = (i * cs, (i + 1) * cs);
-                let whole = offset <= start && end >= stop;
-                let mut bytes = if whole {
-                    vec![0u8; chunk as usize]
-                } else {
-                    self.chunk(&old[k], chunk as usize).await?
-                };
+                let mut bytes = bases.remove(&k).unwrap_or_else(|| vec![0u8; chunk as usize]);
                 let from = offset.max(start);
                 let to = end.min(stop);
                 bytes[(from - start) as usize..(to - start) as usize]
                     .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
                 news.push(bytes);
             }
-            let stored = futures_join(news.into_iter().map(|b| self.put_chunk(b))).await?;
+            let stored = self.put_chunks(news).await?;
             let changes: Vec<(u64, ChunkHash, ChunkHash)> = (first..=last)
                 .zip(old.iter().zip(stored))
                 .map(|(i, (o, n))| (i, *o, n))
@@ -287,16 +363,24 @@ impl Fs {
             return Ok(None);
         };
         let changes: Vec<(u64, ChunkHash, ChunkHash)> = d.changes.iter().map(|(&i, &(o, n))| (i, o, n)).collect();
-        let req = Request::Commit {
-            handle,
-            changes: changes.clone(),
-            force: true,
-            size: d.size,
-            node: self.node,
-            coherence: p.hcache_coherence,
-        };
         let what = self.what(handle);
-        let reply = self.md(&what, req).await;
+        // In parts of COMMIT_CHANGES (each whole; the size goes with the last).
+        let mut reply = Ok(Response::Ok);
+        let parts = changes.chunks(COMMIT_CHANGES).count();
+        for (k, part) in changes.chunks(COMMIT_CHANGES).enumerate() {
+            let req = Request::Commit {
+                handle,
+                changes: part.to_vec(),
+                force: true,
+                size: if k + 1 == parts { d.size } else { 0 },
+                node: self.node,
+                coherence: p.hcache_coherence,
+            };
+            reply = self.md(&what, req).await;
+            if !matches!(reply, Ok(Response::Committed { .. })) {
+                break;
+            }
+        }
         match reply {
             Ok(Response::Committed { attr, .. }) => {
                 tracing::debug!("{what}: committed {} delayed chunk changes", changes.len());
@@ -345,7 +429,7 @@ impl Fs {
         let cs = chunk as u64;
         let (first, last) = (offset / cs, (end - 1) / cs);
         let hashes = self.hashes(a.handle, p, first, last + 1).await?;
-        let got = futures_join(hashes.iter().map(|h| self.chunk(h, chunk as usize))).await?;
+        let got = self.chunks(&hashes, chunk as usize).await?;
         for (k, bytes) in got.into_iter().enumerate() {
             let i = first + k as u64;
             let (start, stop) = (i * cs, (i + 1) * cs);
@@ -372,9 +456,9 @@ impl Fs {
         let mut changes = Vec::new();
         for (k, i) in (first..=last).enumerate() {
             let new = if i * cs < size {
-                let mut bytes = self.chunk(&old[k], chunk as usize).await?;
+                let mut bytes = self.chunks(&old[k..k + 1], chunk as usize).await?.remove(0);
                 bytes[(size - i * cs) as usize..].fill(0);
-                self.put_chunk(bytes).await?
+                self.put_chunks(vec![bytes]).await?[0]
             } else {
                 HOLE
             };
@@ -403,28 +487,36 @@ impl Fs {
     pub async fn collect_chunks(&self, older_than_secs: u64) -> Result<(u64, u64)> {
         let (mut seen, mut dropped) = (0, 0);
         for s in 0..self.data.servers() as u32 {
-            let listed = match self.data.call(s, &Request::ListChunks { older_than_secs }, &[]).await? {
-                (Response::Hashes(h), _) => h,
-                (other, _) => return Err(FsError::Protocol(format!("data server {s}: {other:?}"))),
-            };
-            seen += listed.len() as u64;
-            for batch in listed.chunks(4096) {
-                let req = Request::Unreferenced { hashes: batch.to_vec() };
-                let unnamed = match self.md("collection", req).await? {
-                    Response::Hashes(h) => h,
-                    other => {
-                        return Err(FsError::Protocol(format!(
-                            "unexpected reply to Unreferenced: {other:?}"
-                        )))
-                    }
-                };
-                if unnamed.is_empty() {
-                    continue;
-                }
-                dropped += unnamed.len() as u64;
-                match self.data.call(s, &Request::DropChunks { hashes: unnamed }, &[]).await? {
-                    (Response::Ok, _) => {}
+            let mut after = None;
+            loop {
+                let req = Request::ListChunks { older_than_secs, after };
+                let listed = match self.data.call(s, &req, &[]).await? {
+                    (Response::Hashes(h), _) => h,
                     (other, _) => return Err(FsError::Protocol(format!("data server {s}: {other:?}"))),
+                };
+                seen += listed.len() as u64;
+                after = listed.last().copied();
+                for batch in listed.chunks(4096) {
+                    let req = Request::Unreferenced { hashes: batch.to_vec() };
+                    let unnamed = match self.md("collection", req).await? {
+                        Response::Hashes(h) => h,
+                        other => {
+                            return Err(FsError::Protocol(format!(
+                                "unexpected reply to Unreferenced: {other:?}"
+                            )))
+                        }
+                    };
+                    if unnamed.is_empty() {
+                        continue;
+                    }
+                    dropped += unnamed.len() as u64;
+                    match self.data.call(s, &Request::DropChunks { hashes: unnamed }, &[]).await? {
+                        (Response::Ok, _) => {}
+                        (other, _) => return Err(FsError::Protocol(format!("data server {s}: {other:?}"))),
+                    }
+                }
+                if listed.len() < parcache_proto::LIST_CHUNKS_PAGE {
+                    break;
                 }
             }
         }

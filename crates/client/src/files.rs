@@ -359,10 +359,14 @@ impl Fs {
         let _shared = st.gate.read().await;
         if let Some((p, _)) = Self::cas_of(&st) {
             self.cas_commit_delayed(a.handle, p).await?;
+            // Chunks are placed by hash, on any data server.
+            let all: Vec<u32> = (0..self.data.servers() as u32).collect();
+            self.data.sync_servers(&all, &self.what(a.handle)).await?;
+        } else {
+            self.write_back(&st.pool, a.handle).await?;
+            self.report_attr(a.handle).await?;
+            self.data.sync(a.handle).await?;
         }
-        self.write_back(&st.pool, a.handle).await?;
-        self.report_attr(a.handle).await?;
-        self.data.sync(a.handle).await?;
         self.md(&self.what(a.handle), Request::Sync).await?;
         Ok(())
     }
@@ -539,7 +543,12 @@ impl Fs {
         let now = self.now();
         if let Some((p, chunk)) = Self::cas_of(&st) {
             // Stored and committed: the size is at the metadata server too.
-            let attr = self.cas_write(a, p, chunk, offset, data).await?;
+            // A write of more chunks than one commit takes goes in parts.
+            let most = crate::cas::COMMIT_CHANGES * chunk as usize;
+            let mut attr = None;
+            for (k, piece) in data.chunks(most).enumerate() {
+                attr = self.cas_write(a, p, chunk, offset + (k * most) as u64, piece).await?;
+            }
             self.with_file(a.handle, |_, f| {
                 f.wrote(end);
                 if let Some(attr) = &attr {

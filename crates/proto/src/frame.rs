@@ -3,7 +3,7 @@
 //! ```text
 //! u32  length of the rest of the frame (little endian), at most MAX_FRAME
 //! u64  request id (responses carry their request's id)
-//! u16  header length
+//! u32  header length, at most MAX_HEADER
 //! ...  header: a postcard-encoded message
 //! ...  payload: raw bytes (file data), passed on as `Bytes` without copying
 //! ```
@@ -19,15 +19,20 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest payload a frame may carry (one request moves at most this much data).
 pub const MAX_PAYLOAD: usize = 16 << 20;
-/// Largest encoded header.
-pub const MAX_HEADER: usize = 64 << 10;
+/// Largest encoded header: room for a commit of 50,000 chunk changes, or
+/// 100,000 hashes (a recipe's worth for 1.6 GiB of 16 KiB chunks).
+pub const MAX_HEADER: usize = 4 << 20;
 /// Largest frame after the length field.
-pub const MAX_FRAME: usize = 8 + 2 + MAX_HEADER + MAX_PAYLOAD;
+pub const MAX_FRAME: usize = 8 + 4 + MAX_HEADER + MAX_PAYLOAD;
 
 #[derive(Debug, Error)]
 pub enum FrameError {
     #[error("frame of {0} bytes is larger than the limit of {MAX_FRAME}")]
     TooLarge(usize),
+    #[error("message of {0} bytes encoded is larger than the limit of {MAX_HEADER}")]
+    HeaderTooLarge(usize),
+    #[error("payload of {0} bytes is larger than the limit of {MAX_PAYLOAD}")]
+    PayloadTooLarge(usize),
     #[error("frame of {0} bytes is too short for its header")]
     Short(usize),
     #[error("frame header does not decode: {0}")]
@@ -55,16 +60,16 @@ pub struct Frame<M> {
 pub fn encode<M: Serialize>(id: u64, msg: &M, data: &[u8]) -> Result<BytesMut, FrameError> {
     let header = postcard::to_stdvec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
     if header.len() > MAX_HEADER {
-        return Err(FrameError::TooLarge(header.len()));
+        return Err(FrameError::HeaderTooLarge(header.len()));
     }
     if data.len() > MAX_PAYLOAD {
-        return Err(FrameError::TooLarge(data.len()));
+        return Err(FrameError::PayloadTooLarge(data.len()));
     }
-    let len = 8 + 2 + header.len() + data.len();
+    let len = 8 + 4 + header.len() + data.len();
     let mut b = BytesMut::with_capacity(4 + len);
     b.put_u32_le(len as u32);
     b.put_u64_le(id);
-    b.put_u16_le(header.len() as u16);
+    b.put_u32_le(header.len() as u32);
     b.put_slice(&header);
     b.put_slice(data);
     Ok(b)
@@ -73,11 +78,11 @@ pub fn encode<M: Serialize>(id: u64, msg: &M, data: &[u8]) -> Result<BytesMut, F
 /// Decodes the body of a frame (everything after the length field).
 pub fn decode<M: DeserializeOwned>(mut body: Bytes) -> Result<Frame<M>, FrameError> {
     let n = body.len();
-    if n < 10 {
+    if n < 12 {
         return Err(FrameError::Short(n));
     }
     let id = body.get_u64_le();
-    let hlen = body.get_u16_le() as usize;
+    let hlen = body.get_u32_le() as usize;
     if hlen > body.len() {
         return Err(FrameError::Short(n));
     }
@@ -131,6 +136,19 @@ mod tests {
     enum T {
         A(u32),
         B { s: String },
+    }
+
+    /// A message of 100,000 hashes fits a header (a collection found the
+    /// old 64 KiB limit cut a data server's chunk list at 2,000); a larger
+    /// one is refused, naming the header's size.
+    #[test]
+    fn large_headers_fit_and_too_large_ones_are_named() {
+        let hashes = vec![[7u8; 32]; 100_000];
+        let b = encode(1, &hashes, b"").unwrap();
+        let back: Frame<Vec<[u8; 32]>> = decode(b.freeze().slice(4..)).unwrap();
+        assert_eq!(back.msg, hashes);
+        let e = encode(1, &vec![[7u8; 32]; 200_000], b"").unwrap_err();
+        assert!(matches!(e, FrameError::HeaderTooLarge(n) if n > MAX_HEADER), "{e}");
     }
 
     #[tokio::test]

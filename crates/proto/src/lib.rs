@@ -18,5 +18,5 @@ pub use auth::Secret;
 pub use conn::{serve, Client, ConnError, Handler};
 pub use msg::{
     show_name, Attr, Callback, ChunkHash, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Name, Request,
-    Response, SetAttr, Timestamp, NAME_MAX, ROOT,
+    Response, SetAttr, Timestamp, LIST_CHUNKS_PAGE, NAME_MAX, ROOT,
 };

@@ -293,17 +293,24 @@ pub enum Request {
         index: u32,
     },
     /// Content-addressed store (`store=cas`, CAPFS 2005 §3.3). To a data
-    /// server: store the payload as a chunk under its blake3 hash.
-    PutChunk,
-    /// To a data server: the chunk named `hash`.
-    GetChunk {
-        hash: ChunkHash,
+    /// server: store each piece of the payload (`lens` bytes each, in
+    /// order) as a chunk under its blake3 hash; all are durable when it
+    /// answers.
+    PutChunks {
+        lens: Vec<u32>,
+    },
+    /// To a data server: the chunks named `hashes`, their bytes one after
+    /// another in the payload.
+    GetChunks {
+        hashes: Vec<ChunkHash>,
     },
     /// To a data server: its chunks stored more than `older_than_secs`
     /// ago (candidates for collection; younger ones may be about to be
     /// committed).
+    /// At most [`LIST_CHUNKS_PAGE`] of them, in hash order, after `after`.
     ListChunks {
         older_than_secs: u64,
+        after: Option<ChunkHash>,
     },
     /// To a data server: remove these chunks (no recipe names them).
     DropChunks {
@@ -342,6 +349,9 @@ pub enum Request {
 
 /// A chunk's name: the blake3 hash of its bytes.
 pub type ChunkHash = [u8; 32];
+
+/// Hashes in one answer to `ListChunks` (2 MiB encoded).
+pub const LIST_CHUNKS_PAGE: usize = 65_536;
 
 /// Counters a server reports.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -412,10 +422,15 @@ pub enum Response {
         attr: Attr,
         policies: Vec<(String, String)>,
     },
-    /// A chunk stored under `hash` (`new` if it was not there before).
-    ChunkStored {
-        hash: ChunkHash,
-        new: bool,
+    /// Chunks stored under `hashes` (`new` of them were not there before).
+    ChunksStored {
+        hashes: Vec<ChunkHash>,
+        new: u32,
+    },
+    /// Chunks read: their lengths, in the order asked; the bytes follow
+    /// in the payload.
+    Chunks {
+        lens: Vec<u32>,
     },
     Hashes(Vec<ChunkHash>),
     /// A commit applied: the file's attributes after, and the chunks no
@@ -550,8 +565,8 @@ impl Request {
                 | Sync
                 | Stats
                 | Identity
-                | PutChunk
-                | GetChunk { .. }
+                | PutChunks { .. }
+                | GetChunks { .. }
                 | ListChunks { .. }
                 | DropChunks { .. }
                 | Hashes { .. }

@@ -291,6 +291,10 @@ impl Iod {
             s.sync_dir()
         })
         .await?;
+        let chunks = self.chunks.clone();
+        tokio::task::spawn_blocking(move || chunks.sync())
+            .await
+            .map_err(io::Error::other)??;
         self.log.compact(Vec::new()).await
     }
 
@@ -345,11 +349,6 @@ fn beyond_limit(what: &str, handle: u64, offset: u64, len: u64) -> Option<Respon
     }
 }
 
-/// A chunk's hash as errors show it (its first 16 hex digits).
-fn hex_of(h: &parcache_proto::ChunkHash) -> String {
-    h[..8].iter().map(|b| format!("{b:02x}")).collect()
-}
-
 struct IodHandler(Arc<Iod>, Arc<watch::Sender<bool>>);
 
 impl Handler for IodHandler {
@@ -357,7 +356,14 @@ impl Handler for IodHandler {
         let iod = &self.0;
         let resp = match req {
             Request::Sync => match iod.log.sync().await {
-                Ok(()) => Response::Ok,
+                Ok(()) => {
+                    let chunks = iod.chunks.clone();
+                    match tokio::task::spawn_blocking(move || chunks.sync()).await {
+                        Ok(Ok(())) => Response::Ok,
+                        Ok(Err(e)) => io_reply("syncing the chunk store", e),
+                        Err(e) => Response::error(ErrorCode::Io, format!("syncing the chunk store: {e}")),
+                    }
+                }
                 Err(e) => io_reply("syncing the write log", e),
             },
             Request::Write { handle, offset } | Request::WriteBuffered { handle, offset } => {
@@ -493,35 +499,58 @@ impl Handler for IodHandler {
                     },
                 }
             }
-            Request::PutChunk => {
+            Request::PutChunks { lens } => {
                 let chunks = iod.chunks.clone();
-                let len = data.len();
-                match tokio::task::spawn_blocking(move || chunks.put(&data)).await {
-                    Ok(Ok((hash, new))) => Response::ChunkStored { hash, new },
-                    Ok(Err(e)) => io_reply(&format!("storing a chunk of {len} bytes"), e),
-                    Err(e) => Response::error(ErrorCode::Io, format!("storing a chunk: {e}")),
+                let total: u64 = lens.iter().map(|&l| l as u64).sum();
+                if total != data.len() as u64 {
+                    Response::error(
+                        ErrorCode::Invalid,
+                        format!("chunk lengths add up to {total} bytes, the payload has {}", data.len()),
+                    )
+                } else {
+                    let n = lens.len();
+                    let put = move || {
+                        let mut at = 0;
+                        let pieces: Vec<&[u8]> = lens
+                            .iter()
+                            .map(|&l| {
+                                at += l as usize;
+                                &data[at - l as usize..at]
+                            })
+                            .collect();
+                        chunks.put_many(&pieces)
+                    };
+                    match tokio::task::spawn_blocking(put).await {
+                        Ok(Ok(stored)) => Response::ChunksStored {
+                            new: stored.iter().filter(|(_, new)| *new).count() as u32,
+                            hashes: stored.into_iter().map(|(h, _)| h).collect(),
+                        },
+                        Ok(Err(e)) => io_reply(&format!("storing {n} chunks of {total} bytes"), e),
+                        Err(e) => Response::error(ErrorCode::Io, format!("storing chunks: {e}")),
+                    }
                 }
             }
-            Request::GetChunk { hash } => {
+            Request::GetChunks { hashes } => {
                 let chunks = iod.chunks.clone();
-                return match tokio::task::spawn_blocking(move || chunks.get(&hash)).await {
-                    Ok(Ok(bytes)) => (
-                        Response::Data {
-                            len: bytes.len() as u64,
+                return match tokio::task::spawn_blocking(move || chunks.get_many(&hashes)).await {
+                    Ok(Ok(all)) => (
+                        Response::Chunks {
+                            lens: all.iter().map(|b| b.len() as u32).collect(),
                         },
-                        Bytes::from(bytes),
+                        Bytes::from(all.concat()),
                     ),
-                    Ok(Err(e)) => (io_reply(&format!("chunk {}", hex_of(&hash)), e), Bytes::new()),
+                    Ok(Err(e)) => (io_reply("reading chunks", e), Bytes::new()),
                     Err(e) => (
-                        Response::error(ErrorCode::Io, format!("reading a chunk: {e}")),
+                        Response::error(ErrorCode::Io, format!("reading chunks: {e}")),
                         Bytes::new(),
                     ),
                 };
             }
-            Request::ListChunks { older_than_secs } => {
+            Request::ListChunks { older_than_secs, after } => {
                 let chunks = iod.chunks.clone();
                 let age = std::time::Duration::from_secs(older_than_secs);
-                match tokio::task::spawn_blocking(move || chunks.list_older_than(age)).await {
+                let list = move || chunks.list_older_than(age, after, parcache_proto::LIST_CHUNKS_PAGE);
+                match tokio::task::spawn_blocking(list).await {
                     Ok(Ok(h)) => Response::Hashes(h),
                     Ok(Err(e)) => io_reply("listing chunks", e),
                     Err(e) => Response::error(ErrorCode::Io, format!("listing chunks: {e}")),

@@ -2,9 +2,11 @@
 //! al. 2005 §3.3), one local file per chunk under `chunks/`, named by the
 //! blake3 hash of its bytes. Storing a chunk that is already there writes
 //! nothing (identical chunks of any files are stored once); a chunk is
-//! stored whole or not at all (written to a temporary name, synced, then
-//! renamed), and every read checks the bytes against their name, so a
-//! corrupted chunk is an error, never wrong data.
+//! stored whole or not at all (written to a temporary name, then renamed),
+//! and is durable at the next [`ChunkStore::sync`] (the data server's
+//! `Sync`, which a client's fsync sends), as block writes are. Every read
+//! checks the bytes against their name, so a corrupted chunk is an error,
+//! never wrong data.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -23,6 +25,8 @@ pub struct ChunkStore {
     /// Makes each put's temporary name unique (two puts of one chunk at
     /// once, from two writers, must not share a file).
     puts: std::sync::atomic::AtomicU64,
+    /// Chunks were stored since the last sync.
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 /// What the store holds.
@@ -57,6 +61,7 @@ impl ChunkStore {
         let store = ChunkStore {
             dir,
             puts: Default::default(),
+            dirty: Default::default(),
         };
         for sub in std::fs::read_dir(&store.dir)? {
             let sub = sub?.path();
@@ -85,30 +90,74 @@ impl ChunkStore {
         self.path(h).exists()
     }
 
-    /// Stores `bytes` under their hash and returns it; durable when this
-    /// returns. Returns `(hash, true)` if the chunk was new.
+    /// Stores `bytes` under their hash and returns it (durable at the next
+    /// [`ChunkStore::sync`]). Returns `(hash, true)` if the chunk was new.
     pub fn put(&self, bytes: &[u8]) -> io::Result<(ChunkHash, bool)> {
-        let h = chunk_hash(bytes);
-        let path = self.path(&h);
-        if path.exists() {
-            return Ok((h, false));
+        Ok(self.put_many(&[bytes])?[0])
+    }
+
+    /// Stores each of `chunks` under its hash: a new one is written to a
+    /// temporary name and renamed into place (whole or not at all through
+    /// a crash of the process); all are durable at the next
+    /// [`ChunkStore::sync`]. A stored chunk of the wrong length (cut short
+    /// by a crash of the machine before a sync) is stored again. Returns
+    /// each chunk's hash and whether it was new.
+    pub fn put_many(&self, chunks: &[&[u8]]) -> io::Result<Vec<(ChunkHash, bool)>> {
+        let mut out = Vec::with_capacity(chunks.len());
+        let mut seen = std::collections::HashSet::new();
+        for bytes in chunks {
+            let h = chunk_hash(bytes);
+            let path = self.path(&h);
+            let stored = std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64);
+            let new = !stored && seen.insert(h);
+            out.push((h, new));
+            if !new {
+                continue;
+            }
+            let parent = path.parent().expect("under a directory");
+            std::fs::create_dir_all(parent)?;
+            // A unique temporary name: two writers of the same chunk at
+            // once each write their own, and the second rename replaces
+            // the first with identical bytes.
+            let n = self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = parent.join(format!("{}.{}-{n}.tmp", hex(&h), std::process::id()));
+            self.dirty.store(true, std::sync::atomic::Ordering::SeqCst);
+            let written = File::create(&tmp).and_then(|mut f| f.write_all(bytes));
+            if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, &path)) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
         }
-        let parent = path.parent().expect("under a directory");
-        std::fs::create_dir_all(parent)?;
-        // A unique temporary name: two writers of the same chunk at once
-        // each write their own, and the second rename replaces the first
-        // with identical bytes.
-        let n = self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = parent.join(format!("{}.{}-{n}.tmp", hex(&h), std::process::id()));
-        let mut f = File::create(&tmp)?;
-        let r = f.write_all(bytes).and_then(|_| f.sync_all());
-        if let Err(e) = r {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
+        Ok(out)
+    }
+
+    /// Makes every chunk stored so far durable: one `syncfs` of the store's
+    /// file system (data and renames together), if any was stored since
+    /// the last sync.
+    pub fn sync(&self) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if !self.dirty.swap(false, Ordering::SeqCst) {
+            return Ok(());
         }
-        std::fs::rename(&tmp, &path)?;
-        File::open(parent)?.sync_all()?;
-        Ok((h, true))
+        let r = File::open(&self.dir).and_then(|d| rustix::fs::syncfs(d).map_err(io::Error::from));
+        if r.is_err() {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// The chunks' bytes, each checked against its name; an error names
+    /// the chunk.
+    pub fn get_many(&self, hashes: &[ChunkHash]) -> io::Result<Vec<Vec<u8>>> {
+        hashes
+            .iter()
+            .map(|h| {
+                self.get(h).map_err(|e| match e.kind() {
+                    io::ErrorKind::NotFound => io::Error::new(e.kind(), format!("chunk {} is not stored", hex(h))),
+                    _ => e,
+                })
+            })
+            .collect()
     }
 
     /// The chunk's bytes, checked against its name.
@@ -132,13 +181,27 @@ impl ChunkStore {
     }
 
     /// Chunks stored at least `age` ago: a collection sweep's candidates
-    /// (a younger chunk may belong to a commit still on its way).
-    pub fn list_older_than(&self, age: std::time::Duration) -> io::Result<Vec<ChunkHash>> {
+    /// (a younger chunk may belong to a commit still on its way); at most
+    /// `limit` of them, in hash order, after `after`.
+    pub fn list_older_than(
+        &self,
+        age: std::time::Duration,
+        after: Option<ChunkHash>,
+        limit: usize,
+    ) -> io::Result<Vec<ChunkHash>> {
         let now = std::time::SystemTime::now();
         let mut out = Vec::new();
         for h in self.list()? {
-            let m = std::fs::metadata(self.path(&h))?.modified()?;
-            if now.duration_since(m).unwrap_or_default() >= age {
+            if after.is_some_and(|a| h <= a) {
+                continue;
+            }
+            if out.len() == limit {
+                break;
+            }
+            let Ok(m) = std::fs::metadata(self.path(&h)) else {
+                continue; // removed since the listing
+            };
+            if now.duration_since(m.modified()?).unwrap_or_default() >= age {
                 out.push(h);
             }
         }
@@ -211,6 +274,60 @@ mod tests {
         s.remove(&h).unwrap();
         assert!(!s.contains(&h));
         assert_eq!(s.get(&h).unwrap_err().kind(), io::ErrorKind::NotFound);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A batch: chunks new, repeated within it, and stored before; each
+    /// stored once, no temporary left, all read back.
+    #[test]
+    fn a_batch_stores_each_new_chunk_once() {
+        let d = dir("batch");
+        let s = ChunkStore::open(&d).unwrap();
+        let (a, b, c) = (vec![1u8; 4096], vec![2u8; 4096], b"stored before".to_vec());
+        let (hc, _) = s.put(&c).unwrap();
+        let got = s.put_many(&[&a, &b, &a, &c]).unwrap();
+        let (ha, hb) = (chunk_hash(&a), chunk_hash(&b));
+        assert_eq!(got, vec![(ha, true), (hb, true), (ha, false), (hc, false)]);
+        assert_eq!(s.stats().unwrap().chunks, 3);
+        assert_eq!(s.get_many(&[hb, ha]).unwrap(), vec![b, a.clone()]);
+        let tmps = std::fs::read_dir(d.join("chunks"))
+            .unwrap()
+            .flat_map(|sub| std::fs::read_dir(sub.unwrap().path()).unwrap())
+            .filter(|f| f.as_ref().unwrap().path().extension().is_some_and(|e| e == "tmp"))
+            .count();
+        assert_eq!(tmps, 0);
+        s.sync().unwrap();
+        // A chunk cut short (a machine crash before a sync) is stored again.
+        std::fs::write(s.path(&ha), b"").unwrap();
+        assert_eq!(s.put(&a).unwrap(), (ha, true));
+        assert_eq!(s.get(&ha).unwrap(), a);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The collection's listing comes in pages, in hash order, each after
+    /// the last one's end, and every chunk once.
+    #[test]
+    fn chunks_list_in_pages() {
+        let d = dir("pages");
+        let s = ChunkStore::open(&d).unwrap();
+        for i in 0..5u8 {
+            s.put(&[i; 100]).unwrap();
+        }
+        let (mut after, mut all): (Option<ChunkHash>, Vec<ChunkHash>) = (None, vec![]);
+        loop {
+            let page = s.list_older_than(std::time::Duration::ZERO, after, 2).unwrap();
+            all.extend(&page);
+            after = page.last().copied();
+            if page.len() < 2 {
+                break;
+            }
+        }
+        assert_eq!(all, s.list().unwrap());
+        assert_eq!(all.len(), 5);
+        let young = s
+            .list_older_than(std::time::Duration::from_secs(3600), None, 10)
+            .unwrap();
+        assert!(young.is_empty(), "stored just now: not a candidate");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
