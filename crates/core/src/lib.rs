@@ -14,12 +14,15 @@
 //! - [`replacement`], [`write`], [`prefetch`], [`consistency`]: the policy
 //!   catalogue, one policy per file, named as DESIGN.md §3 names it;
 //!   [`catalogue`] parses their names.
+//! - [`cooperative`]: where a node finds a block another node's cache holds
+//!   and what becomes of a block it evicts (1996 PACA).
 //! - [`ids`]: the names of files, nodes, processes, buffers and I/Os.
 
 pub mod block;
 pub mod cache;
 pub mod catalogue;
 pub mod consistency;
+pub mod cooperative;
 pub mod error;
 pub mod ids;
 pub mod prefetch;
