@@ -3,10 +3,11 @@
 //! modelled hardware (DESIGN.md §4).
 //!
 //! Parts: the event [`kernel`] (virtual time), FCFS [`resource`]s, [`disk`]
-//! models, the seeded random source [`rng`], the models of each paper
+//! models, the [`cache_driver`] every model drives a core cache with, the seeded random source [`rng`], the models of each paper
 //! ([`kotz92`]), the consistency plug-ins' model and checker ([`consistency`]), and the named [`scenario`]s that reproduce their tables and
 //! figures. Given a seed, every run produces the same result, bit for bit.
 
+pub mod cache_driver;
 pub mod capfs05;
 pub mod consistency;
 pub mod disk;

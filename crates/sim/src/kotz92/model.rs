@@ -13,13 +13,14 @@
 //! The run ends when every process is done and every dirty block is on disk.
 
 use super::params::{KotzParams, OverheadDist, ParamError, Pattern};
+use crate::cache_driver::{Below, CacheDriver};
 use crate::disk::{ConstantDisk, DiskModel, DiskOp};
 use crate::kernel::Kernel;
 use crate::resource::Fcfs;
 use crate::rng::SimRng;
 use parcache_core::{
-    split_blocks, Access, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect, IoToken,
-    PrefetchKind, Span, StripeLayout, Time,
+    split_blocks, Access, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, IoToken, PrefetchKind,
+    ProcId, Span, StripeLayout, Time,
 };
 use serde::{Deserialize, Serialize};
 
@@ -99,7 +100,7 @@ struct Proc {
 struct Sim<'a> {
     p: &'a KotzParams,
     k: Kernel<Ev>,
-    cache: Option<Cache>,
+    cache: Option<CacheDriver>,
     disks: Vec<Fcfs<Job>>,
     disk: ConstantDisk,
     layout: StripeLayout,
@@ -113,7 +114,6 @@ struct Sim<'a> {
     writes_of: Vec<u32>,
     disk_writes: u64,
     disk_reads: u64,
-    timer_at: Option<Time>,
     done: u32,
     flushed: bool,
     wait: Span,
@@ -181,10 +181,12 @@ impl<'a> Sim<'a> {
                 syncer: None,
                 fill_partial_writes: true,
             };
-            Some(Cache::new(cfg).map_err(|reason| ParamError::Policy {
-                buffers: p.buffers,
-                reason,
-            })?)
+            Some(CacheDriver::new(Cache::new(cfg).map_err(|reason| {
+                ParamError::Policy {
+                    buffers: p.buffers,
+                    reason,
+                }
+            })?))
         } else {
             None
         };
@@ -205,7 +207,6 @@ impl<'a> Sim<'a> {
             writes_of: vec![0; p.blocks as usize],
             disk_writes: 0,
             disk_reads: 0,
-            timer_at: None,
             done: 0,
             flushed: false,
             wait: Span::ZERO,
@@ -226,18 +227,15 @@ impl<'a> Sim<'a> {
                 Ev::Proc(i) => self.step(now, i),
                 Ev::Disk(d) => self.disk_done(now, d),
                 Ev::Timer => {
-                    if self.timer_at == Some(now) {
-                        self.timer_at = None;
-                        if let Some(c) = self.cache.as_mut() {
-                            c.handle_timeout(now);
-                        }
-                        self.drain(now);
+                    let (cache, mut below) = self.split();
+                    if let Some(c) = cache {
+                        c.timer(now, &mut below);
                     }
                 }
             }
         }
         debug_assert!(
-            self.cache.as_ref().is_none_or(|c| c.is_clean()),
+            self.cache.as_ref().is_none_or(|c| c.cache().is_clean()),
             "dirty data left at the end"
         );
     }
@@ -308,7 +306,7 @@ impl<'a> Sim<'a> {
                         .next()
                         .expect("non-empty");
                     let key = BlockKey::new(FILE, piece.index);
-                    let cache = self.cache.as_mut().expect("cache path");
+                    let cache = self.cache.as_mut().expect("cache path").cache_mut();
                     let begun = cache
                         .begin(now, i, key, Access::Write(piece.range))
                         .expect("validated parameters");
@@ -327,7 +325,7 @@ impl<'a> Sim<'a> {
                     return;
                 }
                 Phase::Copy(b, range) => {
-                    let cache = self.cache.as_mut().expect("cache path");
+                    let cache = self.cache.as_mut().expect("cache path").cache_mut();
                     cache
                         .end(now, i, b, Access::Write(range))
                         .expect("pinned by this process");
@@ -393,11 +391,7 @@ impl<'a> Sim<'a> {
         if job.op == DiskOp::Write || job.then_write {
             self.on_disk[job.block as usize] = true;
         }
-        let d = self.layout.server_of_unit(job.block);
-        let service = self.disk.service(job.op, self.p.block_size as u64);
-        if let Some(at) = self.disks[d as usize].submit(now, job, service) {
-            self.k.at(at, Ev::Disk(d));
-        }
+        self.split().1.submit(now, job);
     }
 
     fn disk_done(&mut self, now: Time, d: u32) {
@@ -432,7 +426,7 @@ impl<'a> Sim<'a> {
                 }
             }
             Owner::Cache(token) => {
-                let c = self.cache.as_mut().expect("cache job");
+                let c = self.cache.as_mut().expect("cache job").cache_mut();
                 match job.op {
                     DiskOp::Write => c.write_done(now, token),
                     DiskOp::Read => c.fetch_done(now, token),
@@ -442,57 +436,25 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Carries out the cache's effects.
+    /// Carries out the cache's effects against the disks.
     fn drain(&mut self, now: Time) {
-        let Some(cache) = self.cache.as_mut() else {
-            return;
+        let (cache, mut below) = self.split();
+        if let Some(c) = cache {
+            c.drain(now, &mut below);
+        }
+    }
+
+    /// The cache, and the disks below it.
+    fn split(&mut self) -> (Option<&mut CacheDriver>, Disks<'_>) {
+        let below = Disks {
+            k: &mut self.k,
+            disks: &mut self.disks,
+            disk: &self.disk,
+            layout: &self.layout,
+            on_disk: &mut self.on_disk,
+            block_size: self.p.block_size as u64,
         };
-        while let Some(e) = cache.poll_effect() {
-            match e {
-                Effect::Write { token, key, whole, .. } => {
-                    let rmw = !whole && self.on_disk[key.index as usize];
-                    let op = if rmw { DiskOp::Read } else { DiskOp::Write };
-                    let job = Job {
-                        owner: Owner::Cache(token),
-                        op,
-                        block: key.index,
-                        then_write: rmw,
-                    };
-                    let d = self.layout.server_of_unit(key.index);
-                    self.on_disk[key.index as usize] = true;
-                    let service = self.disk.service(op, self.p.block_size as u64);
-                    if let Some(at) = self.disks[d as usize].submit(now, job, service) {
-                        self.k.at(at, Ev::Disk(d));
-                    }
-                }
-                Effect::Fetch { token, key, .. } => {
-                    if self.on_disk[key.index as usize] {
-                        let job = Job {
-                            owner: Owner::Cache(token),
-                            op: DiskOp::Read,
-                            block: key.index,
-                            then_write: false,
-                        };
-                        let d = self.layout.server_of_unit(key.index);
-                        let service = self.disk.service(DiskOp::Read, self.p.block_size as u64);
-                        if let Some(at) = self.disks[d as usize].submit(now, job, service) {
-                            self.k.at(at, Ev::Disk(d));
-                        }
-                    } else {
-                        // Nothing on disk yet: the new block is zero-filled at once.
-                        cache.fetch_done(now, token);
-                    }
-                }
-                Effect::Resume { proc } => self.k.at(now, Ev::Proc(proc)),
-            }
-        }
-        if let Some(t) = cache.poll_timeout() {
-            let t = t.max(now);
-            if self.timer_at.is_none_or(|at| t < at) {
-                self.timer_at = Some(t);
-                self.k.at(t, Ev::Timer);
-            }
-        }
+        (self.cache.as_mut(), below)
     }
 
     fn proc_done(&mut self, now: Time) {
@@ -500,7 +462,7 @@ impl<'a> Sim<'a> {
         if self.done as usize == self.procs.len() && !self.flushed {
             self.flushed = true;
             if let Some(c) = self.cache.as_mut() {
-                c.flush(now);
+                c.cache_mut().flush(now);
             }
             self.drain(now);
         }
@@ -530,10 +492,10 @@ impl<'a> Sim<'a> {
             blocks_written: self.writes_of.iter().filter(|&&w| w > 0).count() as u64,
             disk_utilisation: util,
             mean_utilisation: mean,
-            stalls: self.cache.as_ref().map_or(0, |c| c.stats().stalls),
+            stalls: self.cache.as_ref().map_or(0, |c| c.cache().stats().stalls),
             wait_seconds: self.wait.as_secs_f64(),
             events: self.k.handled(),
-            cache: self.cache.as_ref().map(|c| c.stats().clone()),
+            cache: self.cache.as_ref().map(|c| c.cache().stats().clone()),
         }
     }
 }
@@ -543,5 +505,64 @@ fn overhead(rng: &mut SimRng, dist: OverheadDist, mean: Span) -> Span {
     match dist {
         OverheadDist::Constant => mean,
         OverheadDist::Exponential => Span::from_millis_f64(-mean.as_millis_f64() * (1.0 - rng.uniform()).ln()),
+    }
+}
+
+/// The disks below the 1992 model's cache: a write of part of a block
+/// already on disk reads it first (read-modify-write in the disk's queue);
+/// a block never written is not fetched (the cache zero-fills it).
+struct Disks<'s> {
+    k: &'s mut Kernel<Ev>,
+    disks: &'s mut [Fcfs<Job>],
+    disk: &'s ConstantDisk,
+    layout: &'s StripeLayout,
+    on_disk: &'s mut [bool],
+    block_size: u64,
+}
+
+impl Disks<'_> {
+    fn submit(&mut self, now: Time, job: Job) {
+        let d = self.layout.server_of_unit(job.block);
+        let service = self.disk.service(job.op, self.block_size);
+        if let Some(at) = self.disks[d as usize].submit(now, job, service) {
+            self.k.at(at, Ev::Disk(d));
+        }
+    }
+}
+
+impl Below for Disks<'_> {
+    fn write(&mut self, now: Time, token: IoToken, key: BlockKey, whole: bool) {
+        let rmw = !whole && self.on_disk[key.index as usize];
+        let op = if rmw { DiskOp::Read } else { DiskOp::Write };
+        self.on_disk[key.index as usize] = true;
+        let job = Job {
+            owner: Owner::Cache(token),
+            op,
+            block: key.index,
+            then_write: rmw,
+        };
+        self.submit(now, job);
+    }
+
+    fn fetch(&mut self, now: Time, token: IoToken, key: BlockKey, _prefetch: bool) -> bool {
+        if !self.on_disk[key.index as usize] {
+            return false;
+        }
+        let job = Job {
+            owner: Owner::Cache(token),
+            op: DiskOp::Read,
+            block: key.index,
+            then_write: false,
+        };
+        self.submit(now, job);
+        true
+    }
+
+    fn resume(&mut self, now: Time, proc: ProcId) {
+        self.k.at(now, Ev::Proc(proc));
+    }
+
+    fn wake_at(&mut self, at: Time) {
+        self.k.at(at, Ev::Timer);
     }
 }
