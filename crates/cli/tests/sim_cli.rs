@@ -14,6 +14,9 @@ fn list_names_every_scenario() {
         "kotz92-fig3",
         "kotz92-fig4",
         "kotz92-fig5",
+        "capfs05-read",
+        "paca96-sprite",
+        "paca96-bandwidth",
         "all",
     ] {
         assert!(out.lines().any(|l| l.starts_with(name)), "{name} missing from:\n{out}");

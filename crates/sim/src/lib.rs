@@ -13,6 +13,7 @@ pub mod consistency;
 pub mod disk;
 pub mod kernel;
 pub mod kotz92;
+pub mod paca96;
 pub mod parallel;
 pub mod plot;
 pub mod resource;

@@ -6,6 +6,7 @@
 pub mod capfs05;
 pub mod consistency;
 pub mod kotz92;
+pub mod paca96;
 
 use crate::plot::Panel;
 use serde::Serialize;
@@ -51,6 +52,7 @@ pub enum Rows {
     Figure(Vec<kotz92::FigureRow>),
     Consistency(Vec<consistency::Row>),
     Capfs(Vec<capfs05::Row>),
+    Paca(Vec<paca96::Row>),
 }
 
 /// What a scenario produced.
@@ -123,6 +125,7 @@ pub fn list() -> Vec<Scenario> {
     let mut all = kotz92::SCENARIOS.to_vec();
     all.extend(consistency::SCENARIOS);
     all.extend(capfs05::SCENARIOS);
+    all.extend(paca96::SCENARIOS);
     all
 }
 
@@ -138,6 +141,7 @@ pub fn runs(name: &str) -> Result<usize, ScenarioError> {
     kotz92::runs(name)
         .or_else(|| consistency::runs(name))
         .or_else(|| capfs05::runs(name))
+        .or_else(|| paca96::runs(name))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
 
@@ -146,6 +150,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Ou
     let mut out = kotz92::run(name, opts, done)
         .or_else(|| consistency::run(name, opts, done))
         .or_else(|| capfs05::run(name, opts, done))
+        .or_else(|| paca96::run(name, opts, done))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))?;
     let s = find(name)?;
     out.scenario = s.name.to_string();
