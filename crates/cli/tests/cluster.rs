@@ -324,3 +324,64 @@ async fn delayed_commits_reach_other_nodes_at_fsync_and_close() {
         "the last commit stays, whole"
     );
 }
+
+/// A content-addressed file over several recipe pages (1,024 chunks each):
+/// written across page boundaries and sparsely far out, read back from
+/// another node, cut, removed; collection then finds every chunk unnamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipes_span_pages_and_removal_releases_them() {
+    let c = Cluster::up("pages", 2);
+    let (ok, _, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        c.d(),
+        "pc:/",
+        "store=cas",
+        "consistency=seq-1",
+    ]);
+    assert!(ok, "{err}");
+    let (a_fs, b_fs) = (c.fs().await, c.fs().await);
+    let a = a_fs.create("/p", 0o644, true).await.unwrap();
+    let chunk = 16u64 << 10;
+    // Chunks 1,000 to 1,100 (across the first page boundary), and chunk 5,000.
+    let mid: Vec<u8> = (0..101 * chunk).map(|i| (i / chunk) as u8 ^ (i as u8)).collect();
+    a_fs.write_at(&a, 1000 * chunk, &mid).await.unwrap();
+    a_fs.write_at(&a, 5000 * chunk + 7, b"far out").await.unwrap();
+    a_fs.fsync(&a).await.unwrap();
+    let b = b_fs.resolve("/p").await.unwrap();
+    assert_eq!(b.size, 5000 * chunk + 14);
+    assert!(b_fs.read_at(&b, 1000 * chunk, mid.len() as u64).await.unwrap() == mid);
+    assert_eq!(
+        b_fs.read_at(&b, 5000 * chunk, 14).await.unwrap(),
+        b"\0\0\0\0\0\0\0far out"
+    );
+    assert!(
+        b_fs.read_at(&b, 2000 * chunk, 100)
+            .await
+            .unwrap()
+            .iter()
+            .all(|&x| x == 0),
+        "a hole"
+    );
+    // Cut inside the first page's range: chunks past it are gone.
+    a_fs.truncate(&a, 1050 * chunk + 1).await.unwrap();
+    let b = b_fs.resolve("/p").await.unwrap();
+    let back = b_fs.read_at(&b, 1000 * chunk, 200 * chunk).await.unwrap();
+    assert_eq!(back.len() as u64, 50 * chunk + 1);
+    assert!(back[..] == mid[..back.len()]);
+    a_fs.unlink("/p").await.unwrap();
+    let (ok, out, err) = parcache(&["gc", "--data", c.d(), "--older-than", "0"]);
+    let removed: u64 = out
+        .split_whitespace()
+        .zip(out.split_whitespace().skip(1))
+        .find(|(_, w)| *w == "named")
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        ok && removed >= 102,
+        "every chunk of the removed file is collected: {out}{err}"
+    );
+    let (named, stored) = common::chunk_counts(c.d());
+    assert_eq!((named, stored), (0, 0), "{out}");
+}

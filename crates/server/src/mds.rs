@@ -44,9 +44,13 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The cluster's id ("cluster") and its data servers' addresses in order
 /// ("iods", postcard), recorded at the first start.
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
-/// Content-addressed files' recipes: handle → the chunk hashes, 32 bytes
-/// each, in order (CAPFS 2005 §3.3).
-const RECIPES: TableDefinition<u64, &[u8]> = TableDefinition::new("recipes");
+/// Content-addressed files' recipes (CAPFS 2005 §3.3) in pages: (handle,
+/// page) → the hashes of chunks page × RECIPE_PAGE and on, 32 bytes each,
+/// trailing holes left out. A commit rewrites only the pages it touches and
+/// a hash fetch reads only the pages it asks for, whatever the file's size.
+const RECIPES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("recipe_pages");
+/// Chunk hashes per recipe page (32 KiB).
+const RECIPE_PAGE: u64 = 1024;
 /// How many recipe slots name each chunk hash; a chunk no slot names is
 /// collected.
 const REFS: TableDefinition<&[u8], u64> = TableDefinition::new("refs");
@@ -149,7 +153,7 @@ fn check_store_and_consistency(tx: &Tx, i: &Inode, key: &str, value: &str) -> R<
         "consistency" => value.parse().unwrap_or_default(),
         _ => setting("consistency").and_then(|v| v.parse().ok()).unwrap_or_default(),
     };
-    if key == "store" && i.attr.kind == FileKind::File && (i.attr.size > 0 || !tx.recipe(i.attr.handle)?.is_empty()) {
+    if key == "store" && i.attr.kind == FileKind::File && (i.attr.size > 0 || tx.has_recipe(i.attr.handle)?) {
         return Err((
             ErrorCode::Invalid,
             "store applies to new files: this file already has data (set it on the directory, then copy the file)"
@@ -224,6 +228,18 @@ fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
     postcard::from_bytes(v.value()).map_err(db_err)
 }
 
+fn page_in(t: &impl ReadableTable<(u64, u64), &'static [u8]>, h: Handle, page: u64) -> R<Option<Vec<u8>>> {
+    Ok(t.get((h, page)).map_err(db_err)?.map(|v| v.value().to_vec()))
+}
+
+/// A recipe page's bytes as hashes.
+fn hashes_of(bytes: &[u8]) -> Vec<ChunkHash> {
+    bytes
+        .chunks_exact(32)
+        .map(|c| c.try_into().expect("32 bytes"))
+        .collect()
+}
+
 fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, name: &[u8]) -> R<Option<Handle>> {
     Ok(t.get((parent, name)).map_err(db_err)?.map(|v| v.value()))
 }
@@ -252,42 +268,93 @@ impl Tx {
     fn delete(&self, h: Handle) -> R<()> {
         let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
         t.remove(h).map_err(db_err)?;
-        let recipe = self.recipe(h)?;
-        if !recipe.is_empty() {
-            self.w()?
-                .open_table(RECIPES)
-                .map_err(db_err)?
-                .remove(h)
-                .map_err(db_err)?;
-            self.refs(&[], &recipe)?;
+        let mut pages = self.w()?.open_table(RECIPES).map_err(db_err)?;
+        let mut named = Vec::new();
+        for page in pages
+            .extract_from_if((h, 0)..=(h, u64::MAX), |_, _| true)
+            .map_err(db_err)?
+        {
+            named.extend(hashes_of(page.map_err(db_err)?.1.value()));
         }
+        drop(pages);
+        self.refs(&[], &named)?;
         Ok(())
     }
-    /// A file's recipe (empty for a file of the block store).
-    fn recipe(&self, h: Handle) -> R<Vec<ChunkHash>> {
+    /// One page of a recipe (empty if absent).
+    fn recipe_page(&self, h: Handle, page: u64) -> R<Vec<ChunkHash>> {
         let bytes = match &self.tx {
-            TxKind::W(tx) => tx
-                .open_table(RECIPES)
-                .map_err(db_err)?
-                .get(h)
-                .map_err(db_err)?
-                .map(|v| v.value().to_vec()),
+            TxKind::W(tx) => page_in(&tx.open_table(RECIPES).map_err(db_err)?, h, page)?,
             TxKind::R(tx) => match tx.open_table(RECIPES) {
-                Ok(t) => t.get(h).map_err(db_err)?.map(|v| v.value().to_vec()),
+                Ok(t) => page_in(&t, h, page)?,
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
                 Err(e) => return Err(db_err(e)),
             },
         };
-        Ok(bytes
-            .unwrap_or_default()
-            .chunks_exact(32)
-            .map(|c| c.try_into().expect("32 bytes"))
-            .collect())
+        Ok(bytes.map(|b| hashes_of(&b)).unwrap_or_default())
     }
-    fn set_recipe(&self, h: Handle, recipe: &[ChunkHash]) -> R<()> {
+    /// The recipe's hashes of chunks `from..to` (holes where it has none).
+    fn recipe_range(&self, h: Handle, from: u64, to: u64) -> R<Vec<ChunkHash>> {
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+        let mut i = from;
+        while i < to {
+            let (page, at) = (i / RECIPE_PAGE, i % RECIPE_PAGE);
+            let hashes = self.recipe_page(h, page)?;
+            let upto = (RECIPE_PAGE - at).min(to - i);
+            for k in 0..upto {
+                out.push(hashes.get((at + k) as usize).copied().unwrap_or(HOLE));
+            }
+            i += upto;
+        }
+        Ok(out)
+    }
+    /// The recipe's hash at each of `chunks`.
+    fn recipe_at(&self, h: Handle, chunks: impl Iterator<Item = u64>) -> R<Vec<ChunkHash>> {
+        let mut pages: HashMap<u64, Vec<ChunkHash>> = HashMap::new();
+        let mut out = Vec::new();
+        for i in chunks {
+            let page = i / RECIPE_PAGE;
+            let p = match pages.entry(page) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(self.recipe_page(h, page)?),
+            };
+            out.push(p.get((i % RECIPE_PAGE) as usize).copied().unwrap_or(HOLE));
+        }
+        Ok(out)
+    }
+    /// Sets the recipe's hash of each chunk `(chunk, hash)`, in order,
+    /// rewriting only the pages touched.
+    fn set_recipe_at(&self, h: Handle, changes: impl Iterator<Item = (u64, ChunkHash)>) -> R<()> {
+        let mut pages: std::collections::BTreeMap<u64, Vec<ChunkHash>> = Default::default();
+        for (i, hash) in changes {
+            let page = i / RECIPE_PAGE;
+            let p = match pages.entry(page) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(self.recipe_page(h, page)?),
+            };
+            let at = (i % RECIPE_PAGE) as usize;
+            if p.len() <= at {
+                p.resize(at + 1, HOLE);
+            }
+            p[at] = hash;
+        }
         let mut t = self.w()?.open_table(RECIPES).map_err(db_err)?;
-        t.insert(h, recipe.concat().as_slice()).map_err(db_err)?;
+        for (page, mut hashes) in pages {
+            while hashes.last() == Some(&HOLE) {
+                hashes.pop();
+            }
+            if hashes.is_empty() {
+                t.remove((h, page)).map_err(db_err)?;
+            } else {
+                t.insert((h, page), hashes.concat().as_slice()).map_err(db_err)?;
+            }
+        }
         Ok(())
+    }
+    /// Whether the file has a recipe page at all.
+    fn has_recipe(&self, h: Handle) -> R<bool> {
+        let t = self.w()?.open_table(RECIPES).map_err(db_err)?;
+        let any = t.range((h, 0)..=(h, u64::MAX)).map_err(db_err)?.next().is_some();
+        Ok(any)
     }
     /// One more reference to each of `named`, one fewer to each of
     /// `unnamed` (holes are not counted); returns the hashes no recipe
@@ -926,13 +993,8 @@ impl Mds {
                         format!("hashes of handle {handle}: {count} asked, at most {HASHES_MAX} at once"),
                     ));
                 }
-                let r = tx.recipe(handle)?;
-                let end = from.saturating_add(count);
-                Ok(Response::Hashes(
-                    (from..end)
-                        .map(|i| r.get(i as usize).copied().unwrap_or(HOLE))
-                        .collect(),
-                ))
+                let end = from.saturating_add(count).min(RECIPE_MAX);
+                Ok(Response::Hashes(tx.recipe_range(handle, from.min(end), end)?))
             }),
             Request::Commit {
                 handle,
@@ -948,15 +1010,15 @@ impl Mds {
                         format!("commit to handle {handle}: chunk {bad} is past the limit of {RECIPE_MAX}"),
                     ));
                 }
-                let mut recipe = tx.recipe(handle)?;
+                let current = tx.recipe_at(handle, changes.iter().map(|c| c.0))?;
                 if !force {
-                    let current = capfs::stale(&recipe, &changes);
-                    if !current.is_empty() {
-                        return Ok(Response::Conflict(current));
+                    let stale = capfs::stale_at(&current, &changes);
+                    if !stale.is_empty() {
+                        return Ok(Response::Conflict(stale));
                     }
                 }
-                let (named, unnamed) = capfs::apply(&mut recipe, &changes);
-                tx.set_recipe(handle, &recipe)?;
+                let (named, unnamed) = capfs::references(&current, &changes);
+                tx.set_recipe_at(handle, changes.iter().map(|&(i, _, new)| (i, new)))?;
                 let released = tx.refs(&named, &unnamed)?;
                 changed(&mut i, size);
                 tx.put(&i)?;

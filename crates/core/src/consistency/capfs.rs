@@ -175,12 +175,45 @@ pub enum Commit {
 /// The changes of a commit whose old hash is no longer the recipe's, with
 /// the recipe's current hash (2005 §3.4.4): empty when the commit may apply.
 pub fn stale(recipe: &[ChunkHash], changes: &[(u64, ChunkHash, ChunkHash)]) -> Vec<(u64, ChunkHash)> {
-    let at = |i: u64| recipe.get(i as usize).copied().unwrap_or(HOLE);
-    changes
+    let current: Vec<ChunkHash> = changes
         .iter()
-        .filter(|(i, old, _)| at(*i) != *old)
-        .map(|(i, _, _)| (*i, at(*i)))
-        .collect()
+        .map(|(i, _, _)| recipe.get(*i as usize).copied().unwrap_or(HOLE))
+        .collect();
+    stale_at(&current, changes)
+}
+
+/// As [`stale`], given only the recipe's hash at each change's chunk
+/// (`current[k]` for `changes[k]`, as a store that keeps recipes in pages
+/// reads them); a chunk changed twice is checked against the first new hash.
+pub fn stale_at(current: &[ChunkHash], changes: &[(u64, ChunkHash, ChunkHash)]) -> Vec<(u64, ChunkHash)> {
+    let mut now: HashMap<u64, ChunkHash> = HashMap::new();
+    let mut out = Vec::new();
+    for (&(i, old, new), &cur) in changes.iter().zip(current) {
+        let cur = *now.get(&i).unwrap_or(&cur);
+        if cur != old {
+            out.push((i, cur));
+        }
+        now.insert(i, new);
+    }
+    out
+}
+
+/// What a commit does to chunk references, given the recipe's hash at each
+/// change's chunk: the hashes it names and those it no longer names (holes
+/// left out), as [`apply`] returns them.
+pub fn references(current: &[ChunkHash], changes: &[(u64, ChunkHash, ChunkHash)]) -> (Vec<ChunkHash>, Vec<ChunkHash>) {
+    let mut now: HashMap<u64, ChunkHash> = HashMap::new();
+    let (mut named, mut unnamed) = (Vec::new(), Vec::new());
+    for (&(i, _, new), &cur) in changes.iter().zip(current) {
+        let old = now.insert(i, new).unwrap_or(cur);
+        if new != HOLE {
+            named.push(new);
+        }
+        if old != HOLE {
+            unnamed.push(old);
+        }
+    }
+    (named, unnamed)
 }
 
 /// Applies a commit's changes to a recipe (growing it with holes as
@@ -467,6 +500,22 @@ mod tests {
             assert_eq!(acts.contains(&Action::DropHashes), drops, "{params:?}");
             assert!(p.post_open(&mut f, Time::ZERO, at(4), true).is_empty());
         }
+    }
+
+    /// The page-wise forms agree with the whole-recipe ones, a chunk
+    /// changed twice in one commit included.
+    #[test]
+    fn page_wise_checks_agree_with_whole_recipes() {
+        let recipe = vec![h(1), HOLE, h(3)];
+        let changes = [(0, h(1), h(7)), (2, h(9), h(8)), (0, h(7), h(6)), (5, HOLE, h(4))];
+        let current: Vec<ChunkHash> = changes
+            .iter()
+            .map(|(i, _, _)| recipe.get(*i as usize).copied().unwrap_or(HOLE))
+            .collect();
+        assert_eq!(stale(&recipe, &changes), vec![(2, h(3))]);
+        assert_eq!(stale_at(&current, &changes), vec![(2, h(3))]);
+        let mut whole = recipe.clone();
+        assert_eq!(references(&current, &changes), apply(&mut whole, &changes));
     }
 
     /// Delayed commits go at a close (flush or release), and only then.
