@@ -508,6 +508,23 @@ pub fn status(a: DataArg) -> Result<()> {
             };
             outln!("mount   {} (process {}): {state}", m.at.display(), m.pid)?;
         }
+        // The nodes heard from in the last 15 s, with their counters.
+        let ask = async {
+            let cl = Client::connect(&c.mds, &secret).await.ok()?;
+            cl.call(&Request::Nodes, &[]).await.ok()
+        };
+        if let Ok(Some((Response::Nodes(nodes), _))) = tokio::time::timeout(ANSWER_WITHIN, ask).await {
+            for n in nodes {
+                outln!(
+                    "node    {:016x} {}: heard {:.1} s ago; local hits {}, data-server reads {}",
+                    n.node,
+                    n.name,
+                    n.silent_ms as f64 / 1e3,
+                    n.stats.local_hits,
+                    n.stats.server_reads
+                )?;
+            }
+        }
         anyhow::Ok(down)
     })?;
     if down > 0 {

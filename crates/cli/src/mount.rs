@@ -176,6 +176,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let rt = crate::daemon::runtime()?;
     let fs = rt.block_on(a.target.connect())?;
     let _recorded = record(a.target.data_dir(), &a.mountpoint)?;
+    // The node is listed by `parcache status` while it beats.
+    let name = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
+    rt.block_on(async { fs.heartbeat(name.display().to_string()) });
     let session = Mount::new(fs.clone(), rt.handle().clone())
         .spawn(&a.mountpoint)
         .with_context(|| format!("mounting {} (is fusermount3 installed?)", a.mountpoint.display()))?;

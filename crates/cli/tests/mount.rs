@@ -809,6 +809,63 @@ fn content_addressed_files_commit_whole_writes_dedup_and_collect() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// `parcache status` lists every mount as a node of the tier with its
+/// counters (1996 §3: membership); a mount killed -9 drops out once silent
+/// for 15 s.
+#[test]
+fn status_lists_mounted_nodes_and_drops_a_dead_one() {
+    let (base, cluster, a, b) = two_nodes("nodes", "2");
+    let d = cluster.0.to_str().unwrap().to_string();
+    std::fs::write(a.p("f"), vec![5u8; 1 << 20]).unwrap();
+    for _ in 0..2 {
+        assert_eq!(std::fs::read(b.p("f")).unwrap().len(), 1 << 20);
+    }
+    let node_lines = |d: &str| {
+        let (_, out, _) = parcache(&["status", "--data", d]);
+        out.lines()
+            .filter(|l| l.starts_with("node "))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let name_b = std::fs::canonicalize(&b.at).unwrap().display().to_string();
+    let t = Instant::now();
+    loop {
+        let lines = node_lines(&d);
+        let hits = lines
+            .iter()
+            .find(|l| l.contains(&format!("{name_b}:")))
+            .and_then(|l| l.split("local hits ").nth(1))
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if lines.len() == 2 && hits > 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "status never showed both nodes and b's hits: {lines:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut a = a;
+    a.child.kill().unwrap();
+    let _ = a.child.wait();
+    let t = Instant::now();
+    while node_lines(&d).len() != 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the dead mount stayed listed: {:?}",
+            node_lines(&d)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&a.at).status();
+    drop(a);
+    b.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// The records of a file, each one byte value throughout (`None` where
 /// a record mixes values).
 fn record_values(data: &[u8]) -> Vec<Option<u8>> {

@@ -17,6 +17,7 @@ mod files;
 mod namespace;
 mod peer;
 pub mod policies;
+mod tier;
 
 pub use data::{DataPath, Placement};
 use peer::Peer;

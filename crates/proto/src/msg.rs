@@ -292,6 +292,16 @@ pub enum Request {
         cluster: String,
         index: u32,
     },
+    /// To the metadata server: `node` (a mount, named `name`) is there,
+    /// with its counters; sent every few seconds. A node silent for 15 s
+    /// is no longer listed (the cooperative tier's membership, 1996 §3).
+    Heartbeat {
+        node: u64,
+        name: String,
+        stats: NodeStats,
+    },
+    /// To the metadata server: the nodes that sent a heartbeat lately.
+    Nodes,
     /// Content-addressed store (`store=cas`, CAPFS 2005 §3.3). To a data
     /// server: store each piece of the payload (`lens` bytes each, in
     /// order) as a chunk under its blake3 hash; all are durable when it
@@ -352,6 +362,25 @@ pub type ChunkHash = [u8; 32];
 
 /// Hashes in one answer to `ListChunks` (2 MiB encoded).
 pub const LIST_CHUNKS_PAGE: usize = 65_536;
+
+/// Counters a node (a mount or another client) reports in its heartbeat.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Block reads its node cache answered.
+    pub local_hits: u64,
+    /// Block reads that went to the data servers.
+    pub server_reads: u64,
+}
+
+/// A node as the metadata server knows it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub node: u64,
+    pub name: String,
+    /// Milliseconds since its last heartbeat.
+    pub silent_ms: u64,
+    pub stats: NodeStats,
+}
 
 /// Counters a server reports.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -414,6 +443,8 @@ pub enum Response {
     },
     /// Callbacks for a node: (callback id, file, what to do).
     Callbacks(Vec<(u64, Handle, Callback)>),
+    /// The nodes heard from lately.
+    Nodes(Vec<NodeInfo>),
     /// A data server's place in its cluster (`None` before it is adopted).
     Identity(Option<ServerIdentity>),
     /// A file created (or found, if not exclusive), with its policies, so
@@ -562,6 +593,8 @@ impl Request {
                 | Written { .. }
                 | Callbacks { .. }
                 | CalledBack { .. }
+                | Heartbeat { .. }
+                | Nodes
                 | Sync
                 | Stats
                 | Identity

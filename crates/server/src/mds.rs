@@ -17,9 +17,10 @@ use parcache_core::catalogue::{check_setting, parse_size};
 use parcache_core::consistency::capfs::{self, HOLE};
 use parcache_core::consistency::sprite::{Opening, Queued, SpriteServer};
 use parcache_core::consistency::Callback as CoreCallback;
+use parcache_core::cooperative::membership::Membership;
 use parcache_core::Time;
 use parcache_core::{ConsistencyKind, StoreKind};
-use parcache_proto::msg::{ServerIdentity, ServerStats};
+use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
     serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
     Layout, Request, Response, Secret, SetAttr, Timestamp, NAME_MAX, ROOT,
@@ -1182,7 +1183,14 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
     Ok(())
 }
 
-struct MdsHandler(Arc<Mds>, Arc<watch::Sender<bool>>, Sprite);
+/// The metadata server's request handler: the store, its stop signal,
+/// sprite's callbacks, and the nodes heard from (name and counters).
+struct MdsHandler(
+    Arc<Mds>,
+    Arc<watch::Sender<bool>>,
+    Sprite,
+    Mutex<Membership<(String, NodeStats)>>,
+);
 
 impl MdsHandler {
     async fn op(&self, req: Request) -> Response {
@@ -1231,6 +1239,25 @@ impl Handler for MdsHandler {
                 Response::Ok
             }
             Request::Callbacks { node } => Response::Callbacks(self.2.poll(node).await),
+            Request::Heartbeat { node, name, stats } => {
+                self.3.lock().heartbeat(node, self.2.now(), (name, stats));
+                Response::Ok
+            }
+            Request::Nodes => {
+                let now = self.2.now();
+                let nodes = self.3.lock().members(now);
+                Response::Nodes(
+                    nodes
+                        .into_iter()
+                        .map(|(node, silent, (name, stats))| NodeInfo {
+                            node,
+                            name,
+                            silent_ms: (silent.as_millis_f64() as u64),
+                            stats,
+                        })
+                        .collect(),
+                )
+            }
             Request::Hashes {
                 handle,
                 node,
@@ -1511,7 +1538,12 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     let stop = Arc::new(stop);
-    let handler = Arc::new(MdsHandler(mds.clone(), stop.clone(), Sprite::default()));
+    let handler = Arc::new(MdsHandler(
+        mds.clone(),
+        stop.clone(),
+        Sprite::default(),
+        Mutex::new(Membership::default()),
+    ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());
         tokio::spawn(async move {

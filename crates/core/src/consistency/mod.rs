@@ -148,11 +148,18 @@ impl FromStr for ConsistencyKind {
                 .iter()
                 .map(|(_, p)| ConsistencyKind::Capfs(*p)),
         );
-        all.push(ConsistencyKind::Capfs(capfs::CapfsParams::PRESETS[0].1));
         let mut kind = if name == "capfs" {
             ConsistencyKind::Capfs(capfs::CapfsParams::PRESETS[0].1)
         } else {
-            find_named(&all, name, "consistency", ConsistencyKind::name)?
+            find_named(&all, name, "consistency", ConsistencyKind::name).map_err(|e| match e {
+                // The parameters one by one are a name too.
+                PolicyError::Unknown { what, name, known } => PolicyError::Unknown {
+                    what,
+                    name,
+                    known: format!("{known}, capfs(...)"),
+                },
+                e => e,
+            })?
         };
         let bad = |detail: String| PolicyError::BadParameter {
             policy: name.to_string(),
@@ -462,7 +469,11 @@ mod tests {
             assert_eq!(k.build().kind(), k);
         }
         let e = "sprite2".parse::<ConsistencyKind>().unwrap_err().to_string();
-        assert!(e.contains("close-to-open") && e.contains("posix"), "{e}");
+        assert!(
+            e.contains("close-to-open") && e.contains("posix") && e.contains("capfs(...)"),
+            "{e}"
+        );
+        assert_eq!(e.matches("seq-1").count(), 1, "each name once: {e}");
         let k: ConsistencyKind = "nfs(timeout=10s)".parse().unwrap();
         assert_eq!(k.to_string(), "nfs(timeout=10s)");
         assert!("nfs(timeout=soon)".parse::<ConsistencyKind>().is_err());

@@ -11,9 +11,11 @@
 //!   block is forwarded to a random peer up to `n` times (Dahlin et al.
 //!   1994, as 1996 §4 adapts it).
 //! - [`greedy`]: `n-chance` with `n = 0`: remote hits, no forwarding.
+//! - [`membership`]: which nodes are in the tier (heartbeats, silence).
 
 pub mod greedy;
 pub mod lru_interleaved;
+pub mod membership;
 pub mod n_chance;
 
 use crate::catalogue::{find_named, split_params};
