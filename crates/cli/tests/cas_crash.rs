@@ -78,15 +78,7 @@ async fn writer(fs: Arc<Fs>, path: String, file: u16) -> (u16, u16, Vec<u16>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_are_whole_through_kill_9_of_the_metadata_and_data_servers() {
     let c = Cluster::up("cascrash", 3);
-    let (ok, _, err) = parcache(&[
-        "policy",
-        "set",
-        "--data",
-        c.d(),
-        "pc:/",
-        "store=cas",
-        "consistency=seq-2",
-    ]);
+    let (ok, err) = c.cas_root("seq-2");
     assert!(ok, "{err}");
     let mut rng = rand_pcg::Pcg64::seed_from_u64(5);
     let rounds = 16u16;

@@ -266,25 +266,9 @@ async fn acknowledged_writes_survive_kill_9_of_the_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_commits_reach_other_nodes_at_fsync_and_close() {
     let c = Cluster::up("delay", 2);
-    let (ok, _, err) = parcache(&[
-        "policy",
-        "set",
-        "--data",
-        c.d(),
-        "pc:/",
-        "store=cas",
-        "consistency=seq-1(delay_commit=on)",
-    ]);
+    let (ok, err) = c.cas_root("seq-1(delay_commit=on)");
     assert!(!ok && err.contains("needs force_commit=on"), "{err}");
-    let (ok, _, err) = parcache(&[
-        "policy",
-        "set",
-        "--data",
-        c.d(),
-        "pc:/",
-        "store=cas",
-        "consistency=for-1(delay_commit=on)",
-    ]);
+    let (ok, err) = c.cas_root("for-1(delay_commit=on)");
     assert!(ok, "{err}");
     let (a_fs, b_fs) = (c.fs().await, c.fs().await);
     let a = a_fs.create("/d", 0o644, true).await.unwrap();
@@ -331,15 +315,7 @@ async fn delayed_commits_reach_other_nodes_at_fsync_and_close() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recipes_span_pages_and_removal_releases_them() {
     let c = Cluster::up("pages", 2);
-    let (ok, _, err) = parcache(&[
-        "policy",
-        "set",
-        "--data",
-        c.d(),
-        "pc:/",
-        "store=cas",
-        "consistency=seq-1",
-    ]);
+    let (ok, err) = c.cas_root("seq-1");
     assert!(ok, "{err}");
     let (a_fs, b_fs) = (c.fs().await, c.fs().await);
     let a = a_fs.create("/p", 0o644, true).await.unwrap();

@@ -53,6 +53,13 @@ impl Cluster {
     pub fn d(&self) -> &str {
         self.dir.to_str().unwrap()
     }
+    /// Makes the root's new files content-addressed under `consistency`;
+    /// returns success and stderr.
+    pub fn cas_root(&self, consistency: &str) -> (bool, String) {
+        let c = format!("consistency={consistency}");
+        let (ok, _, err) = parcache(&["policy", "set", "--data", self.d(), "pc:/", "store=cas", &c]);
+        (ok, err)
+    }
     pub fn info(&self) -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(self.dir.join("cluster.json")).unwrap()).unwrap()
     }
