@@ -429,84 +429,99 @@ fn human(n: u64) -> String {
     unreachable!()
 }
 
-pub fn status(a: DataArg) -> Result<()> {
-    let c = read_cluster(&a.data)?;
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    data: DataArg,
+    /// Output format on standard output.
+    #[arg(long, value_enum, default_value_t = crate::sim::Format::Table)]
+    format: crate::sim::Format,
+}
+
+/// What `status` found: every server (its counters, or `None` if it did not
+/// answer), the content-addressed chunks, this host's mounts, and the
+/// nodes the metadata server heard from.
+#[derive(Serialize)]
+struct StatusReport {
+    servers: Vec<ServerRow>,
+    /// Chunk slots the recipes name (logical).
+    chunks_named: u64,
+    /// Chunks the data servers store, and their bytes (physical).
+    chunks_stored: u64,
+    chunk_bytes: u64,
+    mounts: Vec<MountRow>,
+    nodes: Vec<parcache_proto::NodeInfo>,
+}
+
+#[derive(Serialize)]
+struct ServerRow {
+    name: String,
+    address: String,
+    stats: Option<parcache_proto::msg::ServerStats>,
+}
+
+#[derive(Serialize)]
+struct MountRow {
+    at: PathBuf,
+    pid: u32,
+    state: &'static str,
+}
+
+pub fn status(a: StatusArgs) -> Result<()> {
+    let c = read_cluster(&a.data.data)?;
+    let dir = &a.data.data;
     if !c.pids.iter().any(|&p| alive(p)) {
         bail!(
             "the parcache cluster in {} is stopped (start it with `parcache up --data {}`)",
-            a.data.display(),
-            a.data.display()
+            dir.display(),
+            dir.display()
         );
     }
-    let secret = Secret::load(&a.data.join("secret"))?;
+    let secret = Secret::load(&dir.join("secret"))?;
     let rt = crate::daemon::runtime()?;
     let mut addrs = vec![("mds".to_string(), c.mds.clone())];
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
-    let down = rt.block_on(async {
-        outln!(
-            "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  policy",
-            "server",
-            "address",
-            "state",
-            "size",
-            "free",
-            "log",
-            "hits",
-            "dirty",
-            "immediate",
-            "misses"
-        )?;
-        let mut down = 0;
-        // Content-addressed chunks: slots the recipes name (logical, at the
-        // metadata server) and chunks stored (physical, at the data servers).
-        let (mut logical, mut physical, mut physical_bytes) = (0u64, 0u64, 0u64);
-        for (name, addr) in addrs {
+    let report = rt.block_on(async {
+        let mut r = StatusReport {
+            servers: vec![],
+            chunks_named: 0,
+            chunks_stored: 0,
+            chunk_bytes: 0,
+            mounts: vec![],
+            nodes: vec![],
+        };
+        for (name, address) in addrs {
             let ask = async {
-                let cl = Client::connect(&addr, &secret).await.ok()?;
+                let cl = Client::connect(&address, &secret).await.ok()?;
                 cl.call(&Request::Stats, &[]).await.ok()
             };
-            match tokio::time::timeout(ANSWER_WITHIN, ask).await {
-                Ok(Some((Response::Stats(s), _))) => {
-                    if name == "mds" {
-                        logical = s.chunks;
-                    } else {
-                        physical += s.chunks;
-                        physical_bytes += s.chunk_bytes;
-                    }
-                    outln!(
-                        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
-                        name,
-                        addr,
-                        "up",
-                        human(s.capacity_bytes),
-                        human(s.free_bytes),
-                        human(s.log_bytes),
-                        s.read_hits,
-                        s.dirty_blocks,
-                        s.immediate_writes,
-                        s.read_misses,
-                        s.role
-                    )?
-                }
-                _ => {
-                    down += 1;
-                    outln!("{:<7} {:<16} {:>5}", name, addr, "DOWN")?
+            let stats = match tokio::time::timeout(ANSWER_WITHIN, ask).await {
+                Ok(Some((Response::Stats(s), _))) => Some(s),
+                _ => None,
+            };
+            if let Some(s) = &stats {
+                // Slots the recipes name (logical, at the metadata server)
+                // and chunks stored (physical, at the data servers).
+                if name == "mds" {
+                    r.chunks_named = s.chunks;
+                } else {
+                    r.chunks_stored += s.chunks;
+                    r.chunk_bytes += s.chunk_bytes;
                 }
             }
+            r.servers.push(ServerRow { name, address, stats });
         }
-        if logical + physical > 0 {
-            outln!(
-                "chunks  {logical} named by recipes (logical), {physical} stored ({}, physical)",
-                human(physical_bytes)
-            )?;
-        }
-        for m in mount::records(&a.data) {
+        for m in mount::records(dir) {
             let state = match (mount::state(&m.at), alive(m.pid)) {
                 (MountState::Live, true) => "mounted",
                 (MountState::NotMounted, _) => "not mounted",
-                _ => "DEAD (`parcache down` or `fusermount3 -u -z` removes it)",
+                _ => "dead",
             };
-            outln!("mount   {} (process {}): {state}", m.at.display(), m.pid)?;
+            r.mounts.push(MountRow {
+                at: m.at,
+                pid: m.pid,
+                state,
+            });
         }
         // The nodes heard from in the last 15 s, with their counters.
         let ask = async {
@@ -514,21 +529,78 @@ pub fn status(a: DataArg) -> Result<()> {
             cl.call(&Request::Nodes, &[]).await.ok()
         };
         if let Ok(Some((Response::Nodes(nodes), _))) = tokio::time::timeout(ANSWER_WITHIN, ask).await {
-            for n in nodes {
-                outln!(
-                    "node    {:016x} {}: heard {:.1} s ago; local hits {}, data-server reads {}",
-                    n.node,
-                    n.name,
-                    n.silent_ms as f64 / 1e3,
-                    n.stats.local_hits,
-                    n.stats.server_reads
-                )?;
-            }
+            r.nodes = nodes;
         }
-        anyhow::Ok(down)
-    })?;
+        r
+    });
+    match a.format {
+        crate::sim::Format::Json => outln!("{}", serde_json::to_string_pretty(&report)?)?,
+        crate::sim::Format::Table => print_status(&report)?,
+    }
+    let down = report.servers.iter().filter(|s| s.stats.is_none()).count();
     if down > 0 {
         bail!("{down} of {} servers are down", c.pids.len());
+    }
+    Ok(())
+}
+
+fn print_status(r: &StatusReport) -> Result<()> {
+    outln!(
+        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  policy",
+        "server",
+        "address",
+        "state",
+        "size",
+        "free",
+        "log",
+        "hits",
+        "dirty",
+        "immediate",
+        "misses"
+    )?;
+    for row in &r.servers {
+        match &row.stats {
+            Some(s) => outln!(
+                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
+                row.name,
+                row.address,
+                "up",
+                human(s.capacity_bytes),
+                human(s.free_bytes),
+                human(s.log_bytes),
+                s.read_hits,
+                s.dirty_blocks,
+                s.immediate_writes,
+                s.read_misses,
+                s.role
+            )?,
+            None => outln!("{:<7} {:<16} {:>5}", row.name, row.address, "DOWN")?,
+        }
+    }
+    if r.chunks_named + r.chunks_stored > 0 {
+        outln!(
+            "chunks  {} named by recipes (logical), {} stored ({}, physical)",
+            r.chunks_named,
+            r.chunks_stored,
+            human(r.chunk_bytes)
+        )?;
+    }
+    for m in &r.mounts {
+        let state = match m.state {
+            "dead" => "DEAD (`parcache down` or `fusermount3 -u -z` removes it)",
+            s => s,
+        };
+        outln!("mount   {} (process {}): {state}", m.at.display(), m.pid)?;
+    }
+    for n in &r.nodes {
+        outln!(
+            "node    {:016x} {}: heard {:.1} s ago; local hits {}, data-server reads {}",
+            n.node,
+            n.name,
+            n.silent_ms as f64 / 1e3,
+            n.stats.local_hits,
+            n.stats.server_reads
+        )?;
     }
     Ok(())
 }

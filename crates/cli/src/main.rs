@@ -45,8 +45,9 @@ enum Command {
     Up(cluster::UpArgs),
     /// Stop the cluster in DIR (servers flush their logs first).
     Down(cluster::DataArg),
-    /// Show the servers of the cluster in DIR and their counters.
-    Status(cluster::DataArg),
+    /// Show the servers of the cluster in DIR and their counters, this
+    /// host's mounts, and the nodes heard from (`--format json` for tools).
+    Status(cluster::StatusArgs),
     /// Copy a file into, out of, or within the cluster (pc:/path).
     Cp(fs::CpArgs),
     /// Print a cluster file.

@@ -186,10 +186,25 @@ async fn a_server_that_is_down_is_named() {
         ok && out.matches(" up ").count() == 3 && out.contains("threshold"),
         "{out}{err}"
     );
+    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    assert!(ok && v["servers"].as_array().unwrap().len() == 3, "{out}");
+    assert!(
+        v["servers"][0]["stats"]["capacity_bytes"].as_u64().unwrap() > 0,
+        "{out}"
+    );
     let iod0 = c.info()["iods"][0].as_str().unwrap().to_string();
     c.kill9(c.pids()[0]);
     let e = fs.read_at(&a, 0, 200_000).await.unwrap_err().to_string();
     assert!(e.contains(&iod0) && e.contains("2 tries"), "{e}");
+    // A server down: named in the text, null in the JSON, exit non-zero.
+    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    assert!(!ok && err.contains("1 of 3 servers are down"), "{err}");
+    assert!(
+        v["servers"][1]["stats"].is_null() && v["servers"][1]["address"] == iod0.as_str(),
+        "{out}"
+    );
 }
 
 /// kill -9 a data server, then the metadata server (then the rest), in the
