@@ -594,12 +594,17 @@ fn print_status(r: &StatusReport) -> Result<()> {
     }
     for n in &r.nodes {
         outln!(
-            "node    {:016x} {}: heard {:.1} s ago; local hits {}, data-server reads {}",
+            "node    {:016x} {}: heard {:.1} s ago; local hits {}, remote hits {}, data-server reads {}, \
+             forwards {}, recirculations {}, peer requests served {}",
             n.node,
             n.name,
             n.silent_ms as f64 / 1e3,
             n.stats.local_hits,
-            n.stats.server_reads
+            n.stats.remote_hits,
+            n.stats.server_reads,
+            n.stats.forwards,
+            n.stats.recirculations,
+            n.stats.served
         )?;
     }
     Ok(())

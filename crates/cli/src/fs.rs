@@ -32,6 +32,11 @@ impl Target {
     }
 
     pub async fn connect(&self) -> Result<std::sync::Arc<Fs>> {
+        self.connect_with(parcache_client::NodeCacheConfig::default()).await
+    }
+
+    /// Connects with a node cache built as `cache` says.
+    pub async fn connect_with(&self, cache: parcache_client::NodeCacheConfig) -> Result<std::sync::Arc<Fs>> {
         let (mds, secret) = match (&self.data, &self.mds) {
             (Some(dir), None) => (read_cluster(dir)?.mds, Secret::load(&dir.join("secret"))?),
             (None, Some(mds)) => {
@@ -43,7 +48,7 @@ impl Target {
                 bail!("which cluster? give --data DIR (from `parcache up`) or --mds ADDR --secret-file FILE")
             }
         };
-        Ok(Fs::connect(&mds, &secret).await?)
+        Ok(Fs::connect_with(&mds, &secret, cache).await?)
     }
 }
 

@@ -17,6 +17,16 @@ pub struct MountArgs {
     mountpoint: PathBuf,
     #[command(flatten)]
     target: Target,
+    /// Where this node answers the other nodes of the cooperative tier
+    /// (files with a `cooperative` policy read blocks from each other's
+    /// caches). Port 0 picks a free one; use a routable address when the
+    /// nodes are on different hosts.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    peer_bind: String,
+    /// MiB of node cache for each combination of policies in use (a pool;
+    /// 64 KiB blocks).
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    cache_mib: u64,
 }
 
 /// What is at a mount point.
@@ -174,11 +184,17 @@ pub fn mount(a: MountArgs) -> Result<()> {
         bail!("/dev/fuse is missing: this machine cannot mount FUSE file systems (scripts/setup.sh installs fuse3)");
     }
     let rt = crate::daemon::runtime()?;
-    let fs = rt.block_on(a.target.connect())?;
+    let cache = parcache_client::NodeCacheConfig {
+        pool_bytes: a.cache_mib << 20,
+        ..Default::default()
+    };
+    let fs = rt.block_on(a.target.connect_with(cache))?;
     let _recorded = record(a.target.data_dir(), &a.mountpoint)?;
-    // The node is listed by `parcache status` while it beats.
+    // The node joins the cooperative tier and is listed by `parcache
+    // status` while it beats.
     let name = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
-    rt.block_on(async { fs.heartbeat(name.display().to_string()) });
+    rt.block_on(fs.join_tier(name.display().to_string(), &a.peer_bind))
+        .with_context(|| format!("--peer-bind {}", a.peer_bind))?;
     let session = Mount::new(fs.clone(), rt.handle().clone())
         .spawn(&a.mountpoint)
         .with_context(|| format!("mounting {} (is fusermount3 installed?)", a.mountpoint.display()))?;
@@ -203,6 +219,11 @@ pub fn mount(a: MountArgs) -> Result<()> {
         std::mem::forget(session);
     } else {
         drop(session); // unmounts and ends the session
+    }
+    // Out of the tier first (peers stop placing blocks here), then push
+    // what this node holds dirty, its own and its peers'.
+    if let Err(e) = rt.block_on(fs.leave_tier()) {
+        tracing::warn!("leaving the cooperative tier: {e}");
     }
     rt.block_on(fs.shutdown())?;
     Ok(())

@@ -5,84 +5,11 @@
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{chunk_counts, parcache};
-
-fn mounted(dir: &Path) -> bool {
-    let dir = dir.canonicalize().unwrap();
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap()))
-}
-
-struct Mounted {
-    child: Child,
-    at: PathBuf,
-}
-
-impl Mounted {
-    fn new(cluster: &Path, at: PathBuf) -> Mounted {
-        Mounted::logging(cluster, at, None)
-    }
-
-    /// A mount whose log (warnings and up) goes to `log`.
-    fn logging(cluster: &Path, at: PathBuf, log: Option<&Path>) -> Mounted {
-        std::fs::create_dir_all(&at).unwrap();
-        let stderr = match log {
-            Some(l) => Stdio::from(std::fs::File::create(l).unwrap()),
-            None => Stdio::inherit(),
-        };
-        let child = Command::new(env!("CARGO_BIN_EXE_parcache"))
-            .args(["mount", "--data", cluster.to_str().unwrap(), at.to_str().unwrap()])
-            .env("PARCACHE_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while !mounted(&at) {
-            assert!(t.elapsed() < Duration::from_secs(20), "{} did not mount", at.display());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Mounted { child, at }
-    }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.at.join(rel)
-    }
-    /// Unmounts as a user would; the mount process pushes its dirty data and exits 0.
-    fn unmount(mut self) {
-        let o = Command::new("fusermount3").arg("-u").arg(&self.at).output().unwrap();
-        assert!(
-            o.status.success(),
-            "fusermount3 -u {}: {}",
-            self.at.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                assert!(s.success(), "parcache mount exited with {s}");
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(30), "parcache mount did not exit");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if mounted(&self.at) {
-            let _ = Command::new("fusermount3").arg("-u").arg(&self.at).status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{chunk_counts, mounted, parcache, Mounted};
 
 struct Cluster(PathBuf);
 

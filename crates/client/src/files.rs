@@ -8,7 +8,8 @@
 use crate::{from_below, from_driver, placement_of, Fs, FsError, Pool, Result};
 use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
-use parcache_core::{FilePolicies, StoreKind};
+use parcache_core::cooperative::CooperativeKind;
+use parcache_core::{FilePolicies, PrefetchKind, StoreKind};
 use parcache_proto::{Attr, Request, Response, SetAttr};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -162,6 +163,25 @@ impl Fs {
         Ok(())
     }
 
+    /// A peer knows a newer version of the file than this node: the node
+    /// takes the metadata server's view `a` (its cached blocks were
+    /// dropped by the caller).
+    pub(crate) fn revalidated_by_peer(&self, handle: u64, a: &Attr) {
+        let now = self.now();
+        self.with_file(handle, |_, f| f.adopt(view(a), now));
+        self.data.set_size(handle, a.size, true);
+    }
+
+    /// Another node wrote the file through this node's cache
+    /// (`lru-interleaved`) and reported it, moving it to `version`: the
+    /// cached blocks stay current if no other change came between
+    /// (`close_to_open::after_report`).
+    pub(crate) fn peer_reported(&self, handle: u64, version: u64) {
+        self.with_file(handle, |_, f| {
+            f.version = parcache_core::consistency::close_to_open::after_report(f.version, version)
+        });
+    }
+
     /// Reads the file into the node cache (as much as its pool holds).
     async fn fetch_whole(&self, st: &FileState, handle: u64) -> Result<()> {
         let size = self.file_now(handle).map_or(0, |f| f.size);
@@ -221,7 +241,12 @@ impl Fs {
         let acts = self.with_file(a.handle, |p, f| p.post_open(f, now, view(&a), cacheable));
         self.run(&st, a.handle, acts, &mut a).await?;
         if let Some(f) = self.file_now(a.handle) {
-            if f.cached {
+            if f.cached && self.interleaved(st.policies.cooperative) {
+                if st.policies.prefetch == PrefetchKind::FullFileOnOpen {
+                    let end = f.size.max(a.size).min(self.cache.pool_bytes);
+                    self.interleaved_prefetch(&st, a.handle, 0, end, f.version);
+                }
+            } else if f.cached {
                 st.pool.open(a.handle, f.size.max(a.size));
             }
         }
@@ -379,7 +404,8 @@ impl Fs {
     /// (to the `close` or `fsync` that asked).
     pub(crate) async fn write_back(&self, pool: &Pool, handle: u64) -> Result<()> {
         let Err(e) = pool.flush_file(handle).await else {
-            return Ok(());
+            // Under lru-interleaved the homes hold this node's writes.
+            return self.interleaved_flush(handle).await;
         };
         tracing::warn!("handle {handle}: written bytes did not reach the data servers: {e}");
         pool.discard_file(handle, 0).await;
@@ -401,6 +427,14 @@ impl Fs {
             .await?;
         self.with_file(handle, |_, f| f.reported(upto, view(&attr)));
         self.data.set_size(handle, attr.size, false);
+        let interleaved = self
+            .files
+            .lock()
+            .get(&handle)
+            .is_some_and(|s| self.interleaved(s.policies.cooperative));
+        if interleaved {
+            self.interleaved_reported(handle, attr.version).await;
+        }
         Ok(Some(attr))
     }
 
@@ -567,7 +601,11 @@ impl Fs {
             f.wrote(end);
             p.post_write(f, now, grew)
         });
-        if st.file.cached {
+        if st.file.cached && self.interleaved(st.policies.cooperative) {
+            let (size, version) = self.file_now(a.handle).map_or((end, 0), |f| (f.size, f.version));
+            self.interleaved_write(&st.pool, a.handle, offset, data, size, version)
+                .await?;
+        } else if st.file.cached {
             st.pool
                 .write(a.handle, offset, data)
                 .await
@@ -626,10 +664,25 @@ impl Fs {
             return Ok(0);
         }
         let n = (end - offset) as usize;
+        if self.interleaved(st.policies.cooperative) {
+            let size = st.file.size.max(a.size);
+            let version = st.file.version;
+            self.interleaved_read(&st.pool, a.handle, offset, &mut buf[..n], size, version)
+                .await?;
+            if st.policies.prefetch == PrefetchKind::OneBlockAhead {
+                let bs = self.cache.block_size as u64;
+                let next = end.div_ceil(bs) * bs;
+                self.interleaved_prefetch(&st, a.handle, next, (next + bs).min(size), version);
+            }
+            return Ok(n);
+        }
         st.pool
             .read(a.handle, offset, &mut buf[..n])
             .await
             .map_err(|e| from_driver(self.what(a.handle), e))?;
+        if matches!(st.policies.cooperative, CooperativeKind::NChance { .. }) {
+            self.referenced(a.handle, offset, n as u64);
+        }
         Ok(n)
     }
 }

@@ -26,6 +26,7 @@ pub use policies::{FilePolicies, NodeCacheConfig};
 
 use files::FileState;
 pub use parcache_core::consistency::KernelCache;
+use parcache_core::cooperative::CooperativeKind;
 use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, Time, WritePolicyKind};
 use parcache_driver::{BelowError, Driver, DriverError};
 pub use parcache_proto::{Attr, DirEntry, ErrorCode, FileKind, SetAttr, Timestamp};
@@ -91,8 +92,8 @@ fn from_driver(what: String, e: DriverError) -> FsError {
 }
 
 /// The node cache's pool for one combination of policies.
-type Pool = Driver<Arc<DataPath>>;
-type PoolKey = (ReplacementKind, WritePolicyKind, PrefetchKind);
+type Pool = Driver<Arc<tier::NodeBelow>>;
+type PoolKey = (ReplacementKind, WritePolicyKind, PrefetchKind, CooperativeKind);
 
 /// A connection to a parcache cluster, with the node's cache.
 pub struct Fs {
@@ -113,6 +114,9 @@ pub struct Fs {
     epoch: std::time::Instant,
     /// H-cache and D-cache of content-addressed files.
     cas: cas::Cas,
+    /// The cooperative tier as this node sees it, and its counters.
+    tier: tier::Tier,
+    secret: Secret,
 }
 
 /// A node id no other node is likely to have: random, with the process id.
@@ -166,6 +170,8 @@ impl Fs {
             names: Mutex::new(HashMap::new()),
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),
+            tier: tier::Tier::default(),
+            secret: secret.clone(),
         }))
     }
 
@@ -231,14 +237,27 @@ impl Fs {
             block_size: bs,
             replacement: p.replacement,
             write: p.write,
-            prefetch: p.prefetch,
+            // Under lru-interleaved the reader prefetches from the homes;
+            // a home prefetching the next block would keep a replica.
+            prefetch: match p.cooperative {
+                CooperativeKind::LruInterleaved => PrefetchKind::None,
+                _ => p.prefetch,
+            },
             aux_buffers: 0,
             syncer: Some(self.cache.syncer),
             fill_partial_writes: false,
         };
         let pool = Arc::new(
-            Driver::new(cfg, self.cache.lanes, self.data.clone())
-                .map_err(|e| FsError::Protocol(format!("node cache for {p:?}: {e}")))?,
+            Driver::new(
+                cfg,
+                self.cache.lanes,
+                Arc::new(tier::NodeBelow {
+                    data: self.data.clone(),
+                    fs: self.me.clone(),
+                    kind: p.cooperative,
+                }),
+            )
+            .map_err(|e| FsError::Protocol(format!("node cache for {p:?}: {e}")))?,
         );
         pools.insert(p.pool_key(), pool.clone());
         Ok(pool)
@@ -263,7 +282,10 @@ impl Fs {
         let pools = self.pools.lock();
         let mut v: Vec<_> = pools
             .iter()
-            .map(|((r, w, p), pool)| (format!("{r} {w} {p}"), pool.stats()))
+            .map(|((r, w, p, c), pool)| match c {
+                CooperativeKind::None => (format!("{r} {w} {p}"), pool.stats()),
+                c => (format!("{r} {w} {p} {c}"), pool.stats()),
+            })
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v

@@ -5,17 +5,19 @@
 //! names here and nowhere else.
 
 use crate::consistency::ConsistencyKind;
+use crate::cooperative::CooperativeKind;
 use crate::error::PolicyError;
 use crate::prefetch::PrefetchKind;
 use crate::replacement::ReplacementKind;
 use crate::write::WritePolicyKind;
 
 /// The policy keys a file or directory can carry.
-pub const POLICY_KEYS: [&str; 7] = [
+pub const POLICY_KEYS: [&str; 8] = [
     "write",
     "replacement",
     "prefetch",
     "consistency",
+    "cooperative",
     "store",
     "stripe_unit",
     "stripe_width",
@@ -97,6 +99,7 @@ pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
         "replacement" => value.parse::<ReplacementKind>()?.to_string(),
         "prefetch" => value.parse::<PrefetchKind>()?.to_string(),
         "consistency" => value.parse::<ConsistencyKind>()?.to_string(),
+        "cooperative" => value.parse::<CooperativeKind>()?.to_string(),
         "store" => value.parse::<StoreKind>()?.to_string(),
         "stripe_unit" => parse_size(value)
             .filter(|n| (512..=16 << 20).contains(n))
@@ -188,6 +191,7 @@ pub struct FilePolicies {
     pub replacement: ReplacementKind,
     pub prefetch: PrefetchKind,
     pub consistency: ConsistencyKind,
+    pub cooperative: CooperativeKind,
     pub store: StoreKind,
 }
 
@@ -198,6 +202,7 @@ impl Default for FilePolicies {
             replacement: ReplacementKind::Lru,
             prefetch: PrefetchKind::OneBlockAhead,
             consistency: ConsistencyKind::CloseToOpen,
+            cooperative: CooperativeKind::None,
             store: StoreKind::Blocks,
         }
     }
@@ -215,6 +220,7 @@ impl FilePolicies {
                 "replacement" => p.replacement = v.parse().unwrap_or(p.replacement),
                 "prefetch" => p.prefetch = v.parse().unwrap_or(p.prefetch),
                 "consistency" => p.consistency = v.parse().unwrap_or(p.consistency),
+                "cooperative" => p.cooperative = v.parse().unwrap_or(p.cooperative),
                 "store" => p.store = v.parse().unwrap_or(p.store),
                 _ => {}
             }
@@ -228,20 +234,21 @@ impl FilePolicies {
     }
 
     /// The policies as settings (key, value), as `policy set` takes them.
-    pub fn settings(&self) -> [(&'static str, String); 5] {
+    pub fn settings(&self) -> [(&'static str, String); 6] {
         [
             ("write", self.write.to_string()),
             ("replacement", self.replacement.to_string()),
             ("prefetch", self.prefetch.to_string()),
             ("consistency", self.consistency.to_string()),
+            ("cooperative", self.cooperative.to_string()),
             ("store", self.store.to_string()),
         ]
     }
 
-    /// Files with the same replacement, write and prefetch policies share a
-    /// pool of the node cache.
-    pub fn pool_key(&self) -> (ReplacementKind, WritePolicyKind, PrefetchKind) {
-        (self.replacement, self.write, self.prefetch)
+    /// Files with the same replacement, write, prefetch and cooperative
+    /// policies share a pool of the node cache.
+    pub fn pool_key(&self) -> (ReplacementKind, WritePolicyKind, PrefetchKind, CooperativeKind) {
+        (self.replacement, self.write, self.prefetch, self.cooperative)
     }
 }
 

@@ -31,6 +31,14 @@ pub trait Below: Send + Sync + 'static {
     fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> impl Future<Output = Result<(), BelowError>> + Send;
     /// Reads block `key`. An answer shorter than a block means zeros after it.
     fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send;
+    /// Whether [`Below::evicted`] should be told of clean blocks the cache
+    /// replaces (a copy per eviction; a cooperative tier wants it).
+    fn wants_evictions(&self) -> bool {
+        false
+    }
+    /// The cache replaced clean block `key`, whose bytes were `data`. Must
+    /// not block (it runs with the cache locked): spawn any I/O.
+    fn evicted(&self, _key: BlockKey, _data: Bytes) {}
 }
 
 /// A shared level below is a level below.
@@ -40,5 +48,11 @@ impl<T: Below> Below for std::sync::Arc<T> {
     }
     fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
         T::fetch(self, key)
+    }
+    fn wants_evictions(&self) -> bool {
+        T::wants_evictions(self)
+    }
+    fn evicted(&self, key: BlockKey, data: Bytes) {
+        T::evicted(self, key, data)
     }
 }

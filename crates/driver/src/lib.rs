@@ -109,7 +109,8 @@ impl<B: Below> Driver<B> {
         let lanes = lanes.clamp(1, cfg.replacement.max_processes(cfg.buffers).max(1));
         let n = cfg.buffers;
         let block_size = cfg.block_size;
-        let cache = Cache::new(cfg)?;
+        let mut cache = Cache::new(cfg)?;
+        cache.report_evictions(below.wants_evictions());
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 cache,
@@ -161,6 +162,33 @@ impl<B: Below> Driver<B> {
         let mut st = sh.lock();
         st.cache.set_write_policy(kind);
         Shared::drive(&self.shared, &mut st);
+    }
+
+    /// The block `key` if the cache holds all of it, without fetching it or
+    /// counting a hit (a peer asks: 1996 §4's remote hit).
+    pub fn peek(&self, key: BlockKey) -> Option<Bytes> {
+        let sh = &*self.shared;
+        let mut st = sh.lock();
+        let b = st.cache.resident(key)?;
+        Some(Bytes::copy_from_slice(st.mem(b, sh.block_size)))
+    }
+
+    /// Takes in a whole, clean block from outside (a peer's forwarded last
+    /// copy) as most recently used; `false` if there was no room or the
+    /// cache holds it already.
+    pub fn adopt(&self, key: BlockKey, data: &[u8]) -> bool {
+        let sh = &*self.shared;
+        let mut st = sh.lock();
+        let now = sh.now();
+        let Some(b) = st.cache.adopt(now, key) else {
+            return false;
+        };
+        let mem = st.mem(b, sh.block_size);
+        let n = data.len().min(mem.len());
+        mem[..n].copy_from_slice(&data[..n]);
+        mem[n..].fill(0);
+        Shared::drive(&self.shared, &mut st);
+        true
     }
 
     /// A file of `size` bytes was opened: prefetch policies start here.
@@ -374,6 +402,10 @@ impl<B: Below> Shared<B> {
     fn effect(me: &Arc<Shared<B>>, st: &mut State, e: Effect) {
         match e {
             Effect::Resume { proc } => me.lanes[proc as usize].notify_one(),
+            Effect::Evicted { key, buf } => {
+                let data = Bytes::copy_from_slice(st.mem(buf, me.block_size));
+                me.below.evicted(key, data);
+            }
             Effect::Write {
                 token, key, buf, dirty, ..
             } => {

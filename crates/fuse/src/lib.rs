@@ -266,6 +266,9 @@ impl Filesystem for Mount {
 
     fn destroy(&mut self) {
         let fs = self.fs.clone();
+        if let Err(e) = self.rt.block_on(fs.leave_tier()) {
+            tracing::warn!("leaving the cooperative tier: {e}");
+        }
         if let Err(e) = self.rt.block_on(fs.shutdown()) {
             tracing::error!("pushing dirty data at unmount: {e}");
         }

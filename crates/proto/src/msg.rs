@@ -295,13 +295,87 @@ pub enum Request {
     /// To the metadata server: `node` (a mount, named `name`) is there,
     /// with its counters; sent every few seconds. A node silent for 15 s
     /// is no longer listed (the cooperative tier's membership, 1996 §3).
+    /// The answer is the members (`Nodes`), so each beat refreshes the
+    /// node's view of the tier; `addr` is where the node answers its peers
+    /// (empty for a node outside the tier).
     Heartbeat {
         node: u64,
         name: String,
+        addr: String,
         stats: NodeStats,
     },
     /// To the metadata server: the nodes that sent a heartbeat lately.
     Nodes,
+    /// To the metadata server: `node` leaves the tier (an unmount): it is
+    /// no longer listed, and the directory forgets what it held.
+    Leave {
+        node: u64,
+    },
+    /// Cooperative tier (1996), `n-chance`: to the metadata server, which
+    /// keeps the directory of who caches what. `node` missed block
+    /// (`handle`, `index`) and is about to cache it: a peer holding it, if
+    /// any (`Holder`).
+    TierLookup {
+        handle: Handle,
+        index: u64,
+        node: u64,
+    },
+    /// `node` evicted its copy of a block that was forwarded
+    /// `recirculations` times since it was last read; with `n` chances a
+    /// last copy goes to the peer the answer names (`Forward`).
+    TierEvicted {
+        handle: Handle,
+        index: u64,
+        node: u64,
+        n: u8,
+        recirculations: u8,
+    },
+    /// To a peer node, `lru-interleaved`: read `len` bytes at `offset`
+    /// of the file through the peer's cache (it is the blocks' home);
+    /// `size` and `version` are the file as the reader knows it.
+    PeerRead {
+        handle: Handle,
+        offset: u64,
+        len: u64,
+        size: u64,
+        version: u64,
+    },
+    /// To a peer node, `lru-interleaved`: write the payload at `offset`
+    /// into its cache (the blocks' home); the file's write policy there
+    /// takes it down.
+    PeerWrite {
+        handle: Handle,
+        offset: u64,
+        size: u64,
+        version: u64,
+    },
+    /// To a peer node: write the file's dirty blocks down now (a close
+    /// or fsync elsewhere).
+    PeerFlush {
+        handle: Handle,
+    },
+    /// To a peer node, `lru-interleaved`: a node wrote the file through
+    /// the homes and reported it, moving it to `version`; a home whose
+    /// cached blocks were current just before is current at `version`.
+    PeerReported {
+        handle: Handle,
+        version: u64,
+    },
+    /// To a peer node, `n-chance`: the block if it is in its cache at
+    /// `version` (`NotFound` otherwise; nothing is fetched).
+    PeerGet {
+        handle: Handle,
+        index: u64,
+        version: u64,
+    },
+    /// To a peer node, `n-chance`: keep this block (the payload), the last
+    /// copy another node evicted, as most recently used.
+    PeerForward {
+        handle: Handle,
+        index: u64,
+        version: u64,
+        recirculations: u8,
+    },
     /// Content-addressed store (`store=cas`, CAPFS 2005 §3.3). To a data
     /// server: store each piece of the payload (`lens` bytes each, in
     /// order) as a chunk under its blake3 hash; all are durable when it
@@ -370,6 +444,14 @@ pub struct NodeStats {
     pub local_hits: u64,
     /// Block reads that went to the data servers.
     pub server_reads: u64,
+    /// Block reads another node's cache answered (cooperative tier).
+    pub remote_hits: u64,
+    /// Last copies this node forwarded to a peer on eviction (`n-chance`).
+    pub forwards: u64,
+    /// Blocks forwarded here that were forwarded before (`n-chance`).
+    pub recirculations: u64,
+    /// Peer requests this node answered.
+    pub served: u64,
 }
 
 /// A node as the metadata server knows it.
@@ -377,6 +459,8 @@ pub struct NodeStats {
 pub struct NodeInfo {
     pub node: u64,
     pub name: String,
+    /// Where it answers its peers (empty: not in the cooperative tier).
+    pub addr: String,
     /// Milliseconds since its last heartbeat.
     pub silent_ms: u64,
     pub stats: NodeStats,
@@ -445,6 +529,11 @@ pub enum Response {
     Callbacks(Vec<(u64, Handle, Callback)>),
     /// The nodes heard from lately.
     Nodes(Vec<NodeInfo>),
+    /// The peer holding a block (`None`: read it from the data servers).
+    Holder(Option<u64>),
+    /// Where an evicted last copy goes, and its recirculations there
+    /// (`None`: drop it).
+    Forward(Option<(u64, u8)>),
     /// A data server's place in its cluster (`None` before it is adopted).
     Identity(Option<ServerIdentity>),
     /// A file created (or found, if not exclusive), with its policies, so
@@ -595,6 +684,12 @@ impl Request {
                 | CalledBack { .. }
                 | Heartbeat { .. }
                 | Nodes
+                | Leave { .. }
+                | PeerRead { .. }
+                | PeerWrite { .. }
+                | PeerFlush { .. }
+                | PeerReported { .. }
+                | PeerGet { .. }
                 | Sync
                 | Stats
                 | Identity

@@ -18,6 +18,9 @@ use parcache_core::consistency::capfs::{self, HOLE};
 use parcache_core::consistency::sprite::{Opening, Queued, SpriteServer};
 use parcache_core::consistency::Callback as CoreCallback;
 use parcache_core::cooperative::membership::Membership;
+use parcache_core::cooperative::n_chance::{Directory, Evicted};
+use parcache_core::cooperative::{CooperativeKind, Members, Source};
+use parcache_core::BlockKey;
 use parcache_core::Time;
 use parcache_core::{ConsistencyKind, StoreKind};
 use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
@@ -1184,13 +1187,45 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
 }
 
 /// The metadata server's request handler: the store, its stop signal,
-/// sprite's callbacks, and the nodes heard from (name and counters).
+/// sprite's callbacks, the nodes heard from (name, peer address and
+/// counters), and the cooperative tier's directory of who caches what.
 struct MdsHandler(
     Arc<Mds>,
     Arc<watch::Sender<bool>>,
     Sprite,
-    Mutex<Membership<(String, NodeStats)>>,
+    Mutex<Membership<(String, String, NodeStats)>>,
+    Mutex<TierDirectory>,
 );
+
+/// `n-chance`'s directory (1996 §4) and the source of its random picks.
+struct TierDirectory {
+    dir: Directory,
+    picks: u64,
+}
+
+impl MdsHandler {
+    fn nodes(&self) -> Vec<NodeInfo> {
+        let now = self.2.now();
+        let nodes = self.3.lock().members(now);
+        nodes
+            .into_iter()
+            .map(|(node, silent, (name, addr, stats))| NodeInfo {
+                node,
+                name,
+                addr,
+                silent_ms: (silent.as_millis_f64() as u64),
+                stats,
+            })
+            .collect()
+    }
+
+    /// The members that answer their peers, as placement uses them.
+    fn tier(&self) -> Members {
+        let now = self.2.now();
+        let nodes = self.3.lock().members(now);
+        Members::new(nodes.into_iter().filter(|(_, _, r)| !r.1.is_empty()).map(|(n, _, _)| n))
+    }
+}
 
 impl MdsHandler {
     async fn op(&self, req: Request) -> Response {
@@ -1239,24 +1274,49 @@ impl Handler for MdsHandler {
                 Response::Ok
             }
             Request::Callbacks { node } => Response::Callbacks(self.2.poll(node).await),
-            Request::Heartbeat { node, name, stats } => {
-                self.3.lock().heartbeat(node, self.2.now(), (name, stats));
+            Request::Heartbeat {
+                node,
+                name,
+                addr,
+                stats,
+            } => {
+                self.3.lock().heartbeat(node, self.2.now(), (name, addr, stats));
+                Response::Nodes(self.nodes())
+            }
+            Request::Nodes => Response::Nodes(self.nodes()),
+            Request::Leave { node } => {
+                self.3.lock().left(node);
+                self.4.lock().dir.left(node);
                 Response::Ok
             }
-            Request::Nodes => {
-                let now = self.2.now();
-                let nodes = self.3.lock().members(now);
-                Response::Nodes(
-                    nodes
-                        .into_iter()
-                        .map(|(node, silent, (name, stats))| NodeInfo {
-                            node,
-                            name,
-                            silent_ms: (silent.as_millis_f64() as u64),
-                            stats,
-                        })
-                        .collect(),
-                )
+            Request::TierLookup { handle, index, node } => {
+                let members = self.tier();
+                let block = BlockKey::new(handle, index);
+                let mut d = self.4.lock();
+                let holder = match d.dir.lookup(node, block, &members) {
+                    Source::Peer(p) => Some(p),
+                    _ => None,
+                };
+                d.dir.cached(node, block);
+                Response::Holder(holder)
+            }
+            Request::TierEvicted {
+                handle,
+                index,
+                node,
+                n,
+                recirculations,
+            } => {
+                let members = self.tier();
+                let mut d = self.4.lock();
+                d.picks = d.picks.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let pick = d.picks ^ (d.picks >> 29);
+                d.dir.set_chances(n);
+                let block = BlockKey::new(handle, index);
+                match d.dir.evicted(node, block, recirculations, false, pick, &members) {
+                    Evicted::Forward { to, recirculations, .. } => Response::Forward(Some((to, recirculations))),
+                    Evicted::Dropped => Response::Forward(None),
+                }
             }
             Request::Hashes {
                 handle,
@@ -1543,6 +1603,10 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
         stop.clone(),
         Sprite::default(),
         Mutex::new(Membership::default()),
+        Mutex::new(TierDirectory {
+            dir: Directory::new(CooperativeKind::DEFAULT_N),
+            picks: 0,
+        }),
     ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());

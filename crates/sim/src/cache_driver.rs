@@ -21,6 +21,9 @@ pub trait Below {
     fn resume(&mut self, now: Time, proc: ProcId);
     /// Raise a timer event at `at` and pass it to [`CacheDriver::timer`].
     fn wake_at(&mut self, at: Time);
+    /// The clean block `key` left the cache (only if the cache reports
+    /// evictions): a cooperative model forwards it here.
+    fn evicted(&mut self, _now: Time, _key: BlockKey) {}
 }
 
 /// A cache and its pending timer.
@@ -58,6 +61,7 @@ impl CacheDriver {
                     }
                 }
                 Effect::Resume { proc } => below.resume(now, proc),
+                Effect::Evicted { key, .. } => below.evicted(now, key),
             }
         }
         if let Some(t) = self.cache.poll_timeout() {

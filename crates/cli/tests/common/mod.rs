@@ -4,9 +4,9 @@
 
 use parcache_client::Fs;
 use parcache_proto::Secret;
-use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs the `parcache` binary; returns success, stdout and stderr.
 pub fn parcache(args: &[&str]) -> (bool, String, String) {
@@ -99,5 +99,85 @@ impl Drop for Cluster {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether `dir` is a mount point now.
+pub fn mounted(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap()))
+}
+
+pub struct Mounted {
+    pub child: Child,
+    pub at: PathBuf,
+}
+
+impl Mounted {
+    pub fn new(cluster: &Path, at: PathBuf) -> Mounted {
+        Mounted::logging(cluster, at, None)
+    }
+
+    /// A mount whose log (warnings and up) goes to `log`.
+    pub fn logging(cluster: &Path, at: PathBuf, log: Option<&Path>) -> Mounted {
+        Mounted::with_args(cluster, at, log, &[])
+    }
+
+    /// A mount with `extra` options, its log (warnings and up) to `log`.
+    pub fn with_args(cluster: &Path, at: PathBuf, log: Option<&Path>, extra: &[&str]) -> Mounted {
+        std::fs::create_dir_all(&at).unwrap();
+        let stderr = match log {
+            Some(l) => Stdio::from(std::fs::File::create(l).unwrap()),
+            None => Stdio::inherit(),
+        };
+        let child = Command::new(env!("CARGO_BIN_EXE_parcache"))
+            .args(["mount", "--data", cluster.to_str().unwrap(), at.to_str().unwrap()])
+            .args(extra)
+            .env("PARCACHE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !mounted(&at) {
+            assert!(t.elapsed() < Duration::from_secs(20), "{} did not mount", at.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Mounted { child, at }
+    }
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.at.join(rel)
+    }
+    /// Unmounts as a user would; the mount process pushes its dirty data and exits 0.
+    pub fn unmount(mut self) {
+        let o = Command::new("fusermount3").arg("-u").arg(&self.at).output().unwrap();
+        assert!(
+            o.status.success(),
+            "fusermount3 -u {}: {}",
+            self.at.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert!(s.success(), "parcache mount exited with {s}");
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "parcache mount did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if mounted(&self.at) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.at).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -127,6 +127,11 @@ pub enum Effect {
     },
     /// A process blocked in [`Cache::begin`] should try again.
     Resume { proc: ProcId },
+    /// The clean, whole block `key` in `buf` is being replaced: copy it out
+    /// now if it should live on elsewhere (a cooperative tier's forward,
+    /// 1996 §4); the buffer is reused at once. Only with
+    /// [`Cache::report_evictions`].
+    Evicted { key: BlockKey, buf: BufId },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +228,7 @@ pub struct Cache {
     sync_due: Option<Time>,
     now: Time,
     stats: CacheStats,
+    report_evictions: bool,
 }
 
 impl Cache {
@@ -265,6 +271,7 @@ impl Cache {
             sync_due: None,
             now: Time::ZERO,
             stats: CacheStats::default(),
+            report_evictions: false,
             cfg,
         })
     }
@@ -289,6 +296,36 @@ impl Cache {
     }
     pub fn contains(&self, key: BlockKey) -> bool {
         self.table.contains_key(&key)
+    }
+    /// The buffer holding every byte of `key`, clean and idle (what a
+    /// peer may be given: bytes the data servers have too).
+    pub fn resident(&self, key: BlockKey) -> Option<BufId> {
+        let &b = self.table.get(&key)?;
+        let buf = &self.bufs[b.index()];
+        let whole = buf.valid.is_full(self.cfg.block_size);
+        (buf.io == Io::Idle && whole && buf.dirty.is_empty()).then_some(b)
+    }
+
+    /// Whether a clean, whole block replaced by a new one is reported
+    /// ([`Effect::Evicted`]) before its buffer is reused.
+    pub fn report_evictions(&mut self, on: bool) {
+        self.report_evictions = on;
+    }
+
+    /// Takes in a whole, clean block from outside (a peer forwarded the
+    /// last copy it evicted, 1996 §4) as the most recently used, in a free
+    /// or clean buffer; returns the buffer to copy its bytes into, or
+    /// `None` if the block is here already or no buffer is clean and idle.
+    pub fn adopt(&mut self, now: Time, key: BlockKey) -> Option<BufId> {
+        self.now = now;
+        if self.table.contains_key(&key) {
+            return None;
+        }
+        let b = self.allocate(None, false)?;
+        self.install(b, key);
+        let bs = self.cfg.block_size;
+        self.bufs[b.index()].valid.insert(ByteRange::new(0, bs));
+        Some(b)
     }
 
     /// Changes the write policy of a running cache; dirty data stays and is
@@ -768,6 +805,12 @@ impl Cache {
         });
         if let Some(c) = clean {
             self.scratch = dirty;
+            let buf = &self.bufs[c.index()];
+            if self.report_evictions && buf.valid.is_full(self.cfg.block_size) {
+                if let Some(key) = buf.key {
+                    self.effects.push_back(Effect::Evicted { key, buf: c });
+                }
+            }
             self.evict(c);
             return Some(c);
         }

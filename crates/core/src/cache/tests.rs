@@ -597,6 +597,7 @@ impl Model {
                 }
                 Effect::Fetch { .. } => self.pending.push((e, vec![])),
                 Effect::Resume { proc } => self.resumed.push(*proc),
+                Effect::Evicted { .. } => unreachable!("evictions are not reported here"),
             }
         }
     }
@@ -627,7 +628,7 @@ impl Model {
                 *b = merged;
                 self.c.fetch_done(Time(self.now), token);
             }
-            Effect::Resume { .. } => unreachable!(),
+            Effect::Resume { .. } | Effect::Evicted { .. } => unreachable!(),
         }
         self.drain();
     }
@@ -818,4 +819,34 @@ fn discard_file_leaves_busy_buffers() {
     complete_writes(&mut c, 3, &es);
     assert_eq!(c.discard_file(Time(4), 1, 0), 0);
     assert!(!c.contains(k(0)));
+}
+
+/// The cooperative tier's hooks (1996 §4): a clean, whole block replaced
+/// is reported before its buffer is reused (a partial or dirty one is
+/// not), a forwarded block is adopted as most recently used, and only a
+/// clean, whole block is resident for a peer.
+#[test]
+fn evictions_are_reported_and_forwarded_blocks_adopted() {
+    let mut c = cache(2, ReplacementKind::Lru, W::WriteBack);
+    c.report_evictions(true);
+    assert!(c.adopt(Time(0), k(0)).is_some(), "a free buffer takes it");
+    assert!(c.resident(k(0)).is_some(), "adopted whole and clean");
+    assert_eq!(c.adopt(Time(0), k(0)), None, "held already");
+    write(&mut c, 1, 0, 1, r(0, 10));
+    assert!(c.resident(k(1)).is_none(), "partial and dirty: not for peers");
+    assert!(effects(&mut c).is_empty());
+    // A third block: the clean, whole k(0) goes (LRU), and is reported.
+    write(&mut c, 2, 0, 2, r(0, BS));
+    let es = effects(&mut c);
+    assert!(
+        matches!(es.as_slice(), [Effect::Evicted { key, .. }] if *key == k(0)),
+        "{es:?}"
+    );
+    // No clean buffer left (both dirty): nothing can be adopted.
+    assert_eq!(c.adopt(Time(3), k(7)), None);
+    // Without reporting, a replaced block leaves silently.
+    let mut q = cache(1, ReplacementKind::Lru, W::WriteBack);
+    q.adopt(Time(0), k(0)).unwrap();
+    write(&mut q, 1, 0, 1, r(0, BS));
+    assert!(effects(&mut q).is_empty());
 }

@@ -25,7 +25,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A file's cooperative-caching algorithm.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CooperativeKind {
     /// Each node's cache is private (a miss goes to the data servers).
     #[default]

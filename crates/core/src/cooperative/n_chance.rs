@@ -59,6 +59,12 @@ impl Directory {
         }
     }
 
+    /// Sets the chances a last copy gets from now on (files carry their
+    /// own `n`; the directory is shared).
+    pub fn set_chances(&mut self, n: u8) {
+        self.n = n;
+    }
+
     /// Node `node` missed `block` in its own cache: a peer that holds it
     /// (the lowest-numbered, so runs repeat), else the data servers.
     pub fn lookup(&mut self, node: NodeId, block: BlockKey, members: &Members) -> Source {

@@ -1,0 +1,201 @@
+//! The cooperative tier (Cortes, Girona & Labarta 1996) on real mounts:
+//! three `parcache mount` processes of one cluster are three nodes whose
+//! caches serve each other's misses over the authenticated peer protocol.
+//! The counters `parcache status --format json` reports prove where each
+//! block came from; a node killed with -9 drops out and the others go on
+//! with the right bytes.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{parcache, Cluster, Mounted};
+
+/// A file's bytes: `seed` mixed with each 8-byte word's position, so a
+/// block read from the wrong place or version shows.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len / 8)
+        .flat_map(|i| ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed).to_le_bytes())
+        .collect()
+}
+
+/// The nodes as `status --format json` lists them: (mount point, stats).
+fn nodes(d: &str) -> Vec<(String, serde_json::Value)> {
+    let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
+    assert!(ok, "status: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap().to_string(), n["stats"].clone()))
+        .collect()
+}
+
+fn stat(nodes: &[(String, serde_json::Value)], m: &Mounted, key: &str) -> u64 {
+    let name = std::fs::canonicalize(&m.at).unwrap().display().to_string();
+    nodes
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, s)| s[key].as_u64().unwrap())
+}
+
+/// Waits (up to 20 s) until the nodes' reported counters satisfy `ok`;
+/// heartbeats carry them every 5 s.
+fn wait_for(
+    d: &str,
+    what: &str,
+    ok: impl Fn(&[(String, serde_json::Value)]) -> bool,
+) -> Vec<(String, serde_json::Value)> {
+    let t = Instant::now();
+    loop {
+        let n = nodes(d);
+        if ok(&n) {
+            return n;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{what}: never; nodes {n:#?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Three mounts with `extra` options; returns once each has heard of all
+/// three (a heartbeat after the last one joined).
+fn three_nodes(c: &Cluster, extra: &[&str]) -> (Mounted, Mounted, Mounted) {
+    let at = |n: &str| -> PathBuf { c.dir.parent().unwrap().join(format!("{}-{n}", c.dir.display())) };
+    let a = Mounted::with_args(&c.dir, at("a"), None, extra);
+    let b = Mounted::with_args(&c.dir, at("b"), None, extra);
+    let m = Mounted::with_args(&c.dir, at("c"), None, extra);
+    wait_for(c.d(), "three nodes listed", |n| n.len() == 3);
+    // Each node learns the members from its next heartbeat's answer.
+    std::thread::sleep(Duration::from_millis(5_500));
+    (a, b, m)
+}
+
+fn sum(n: &[(String, serde_json::Value)], key: &str) -> u64 {
+    n.iter().map(|(_, s)| s[key].as_u64().unwrap()).sum()
+}
+
+#[test]
+fn lru_interleaved_serves_blocks_from_their_homes_and_survives_a_dead_home() {
+    let c = Cluster::up("coop-lru", 2);
+    let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/", "cooperative=lru-interleaved"]);
+    assert!(ok, "{err}");
+    let (a, b, m) = three_nodes(&c, &[]);
+    // a writes: each block goes into its home's cache (and down, write-full).
+    let f = pattern(8 << 20, 1);
+    std::fs::write(a.p("f"), &f).unwrap();
+    let g = pattern(4 << 20, 2);
+    std::fs::write(b.p("g"), &g).unwrap();
+    assert!(std::fs::read(b.p("f")).unwrap() == f, "b read f wrong");
+    assert!(std::fs::read(m.p("f")).unwrap() == f, "c read f wrong");
+    // 128 blocks of 64 KiB over three homes: about two thirds remote for
+    // each reader; every block was in its home's cache from the write.
+    let n = wait_for(c.d(), "remote hits at b and c", |n| {
+        stat(n, &b, "remote_hits") >= 40 && stat(n, &m, "remote_hits") >= 40 && stat(n, &a, "served") > 0
+    });
+    assert_eq!(
+        sum(&n, "server_reads"),
+        0,
+        "a block was read from the data servers: {n:#?}"
+    );
+
+    // Cut and regrown by a, f's old blocks at the homes are stale: the
+    // homes see the newer version with the next request and drop them.
+    let short = pattern(1 << 20, 5);
+    std::fs::write(a.p("f"), &short).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.p("f"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let mut want = short.clone();
+    want.resize(8 << 20, 0);
+    assert!(std::fs::read(b.p("f")).unwrap() == want, "b read stale blocks of f");
+
+    // kill -9 a home while c reads: c leaves it out and reads its blocks
+    // from the data servers (what it held was written down at close).
+    let reader = {
+        let (path, g) = (m.p("g"), g.clone());
+        std::thread::spawn(move || {
+            for pass in 0..40 {
+                let got = std::fs::read(&path).unwrap();
+                assert!(got == g, "c read g wrong in pass {pass}");
+                // The mount may keep the pages of an open file only: each
+                // pass opens it again, so each reads through the node.
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut a = a;
+    a.child.kill().unwrap();
+    let _ = a.child.wait();
+    reader.join().expect("reads during the kill");
+    assert!(std::fs::read(m.p("g")).unwrap() == g, "c read g wrong after a died");
+    let h = pattern(2 << 20, 3);
+    std::fs::write(m.p("h"), &h).unwrap();
+    assert!(std::fs::read(b.p("h")).unwrap() == h, "b read h wrong after a died");
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(&a.at)
+        .status();
+    drop(a);
+    b.unmount();
+    m.unmount();
+}
+
+#[test]
+fn n_chance_reads_misses_from_peers_forwards_last_copies_and_never_serves_stale_blocks() {
+    let c = Cluster::up("coop-nc", 2);
+    let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/", "cooperative=n-chance(n=2)"]);
+    assert!(ok, "{err}");
+    // 1 MiB per node: 16 blocks of 64 KiB.
+    let (a, b, m) = three_nodes(&c, &["--cache-mib", "1"]);
+    let files: Vec<Vec<u8>> = (0..3).map(|i| pattern(768 << 10, 10 + i)).collect();
+    for (i, f) in files.iter().enumerate() {
+        std::fs::write(a.p(&format!("f{i}")), f).unwrap();
+    }
+    // b misses everywhere and caches f0; c then finds every block of f0
+    // at b: remote hits, and not one data-server read.
+    assert!(std::fs::read(b.p("f0")).unwrap() == files[0]);
+    assert!(std::fs::read(m.p("f0")).unwrap() == files[0]);
+    let n = wait_for(c.d(), "c's remote hits on f0", |n| stat(n, &m, "remote_hits") >= 12);
+    assert_eq!(stat(&n, &m, "server_reads"), 0, "c read f0 from the data servers: {n:#?}");
+    // b reads two more files through 16 blocks: f1's blocks, cached only
+    // at b, are evicted as last copies and forwarded to a peer.
+    assert!(std::fs::read(b.p("f1")).unwrap() == files[1]);
+    assert!(std::fs::read(b.p("f2")).unwrap() == files[2]);
+    wait_for(c.d(), "b's forwards", |n| stat(n, &b, "forwards") > 0);
+
+    // a writes f2 anew while b still caches its old blocks (the directory
+    // names b as their holder): b may not serve them (they carry the old
+    // version), so c reads the new bytes from the data servers.
+    let newer = pattern(768 << 10, 99);
+    std::fs::write(a.p("f2"), &newer).unwrap();
+    assert!(std::fs::read(m.p("f2")).unwrap() == newer, "c read stale f2 blocks");
+    assert!(std::fs::read(b.p("f2")).unwrap() == newer, "b read stale f2 blocks");
+    a.unmount();
+    b.unmount();
+    m.unmount();
+}
+
+#[test]
+fn a_node_refuses_a_peer_without_the_cluster_secret() {
+    let c = Cluster::up("coop-auth", 1);
+    let a = Mounted::with_args(&c.dir, c.dir.with_extension("a"), None, &[]);
+    let n = wait_for(c.d(), "the node listed", |n| n.len() == 1);
+    let (ok, out, _) = parcache(&["status", "--data", c.d(), "--format", "json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let addr = v["nodes"][0]["addr"].as_str().unwrap().to_string();
+    assert!(
+        addr.starts_with("127.0.0.1:"),
+        "a node listens on loopback by default: {addr} {n:?}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let wrong = parcache_proto::Secret::generate();
+    let got = rt.block_on(parcache_proto::Client::connect(&addr, &wrong));
+    assert!(got.is_err(), "a peer with the wrong secret was let in");
+    a.unmount();
+}
