@@ -161,7 +161,11 @@ fn n_chance_reads_misses_from_peers_forwards_last_copies_and_never_serves_stale_
     assert!(std::fs::read(b.p("f0")).unwrap() == files[0]);
     assert!(std::fs::read(m.p("f0")).unwrap() == files[0]);
     let n = wait_for(c.d(), "c's remote hits on f0", |n| stat(n, &m, "remote_hits") >= 12);
-    assert_eq!(stat(&n, &m, "server_reads"), 0, "c read f0 from the data servers: {n:#?}");
+    assert_eq!(
+        stat(&n, &m, "server_reads"),
+        0,
+        "c read f0 from the data servers: {n:#?}"
+    );
     // b reads two more files through 16 blocks: f1's blocks, cached only
     // at b, are evicted as last copies and forwarded to a peer.
     assert!(std::fs::read(b.p("f1")).unwrap() == files[1]);

@@ -192,3 +192,21 @@ fn paca96_sprite() {
 fn paca96_bandwidth() {
     golden("paca96-bandwidth");
 }
+#[test]
+fn paca96_sessions() {
+    golden("paca96-sessions");
+}
+
+/// The session workload's checks: met or missed exactly as
+/// docs/reproduction/paca96.md reports.
+#[test]
+fn paca96_sessions_checks() {
+    checks_missed_exactly(
+        &["paca96-sessions"],
+        &[
+            "sessions: both cooperative algorithms nearly double read bandwidth over greedy and private caches (Fig. 1)",
+            "sessions: lru-interleaved writes clearly faster than n-chance (14 %), and greedy writes faster than n-chance (forwarding)",
+            "sessions: full-file-on-open helps reads most, one-block-ahead a little (Fig. 2)",
+        ],
+    );
+}

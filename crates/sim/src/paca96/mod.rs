@@ -6,3 +6,4 @@
 
 pub mod model;
 pub mod trace;
+pub mod workload;

@@ -7,6 +7,7 @@ pub mod capfs05;
 pub mod consistency;
 pub mod kotz92;
 pub mod paca96;
+pub mod paca96_sessions;
 
 use crate::plot::Panel;
 use serde::Serialize;
@@ -126,6 +127,7 @@ pub fn list() -> Vec<Scenario> {
     all.extend(consistency::SCENARIOS);
     all.extend(capfs05::SCENARIOS);
     all.extend(paca96::SCENARIOS);
+    all.extend(paca96_sessions::SCENARIOS);
     all
 }
 
@@ -142,6 +144,7 @@ pub fn runs(name: &str) -> Result<usize, ScenarioError> {
         .or_else(|| consistency::runs(name))
         .or_else(|| capfs05::runs(name))
         .or_else(|| paca96::runs(name))
+        .or_else(|| paca96_sessions::runs(name))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
 
@@ -151,6 +154,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Ou
         .or_else(|| consistency::run(name, opts, done))
         .or_else(|| capfs05::run(name, opts, done))
         .or_else(|| paca96::run(name, opts, done))
+        .or_else(|| paca96_sessions::run(name, opts, done))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))?;
     let s = find(name)?;
     out.scenario = s.name.to_string();

@@ -23,11 +23,11 @@ pub const SCENARIOS: [Scenario; 2] = [
 ];
 
 /// Local bandwidth over remote bandwidth (Fig. 3's axis); local stays 320 Mbit/s.
-const RATIOS: [f64; 7] = [1.0, 2.0, 3.0, 4.0, 5.0, 8.0, 12.0];
+pub(crate) const RATIOS: [f64; 7] = [1.0, 2.0, 3.0, 4.0, 5.0, 8.0, 12.0];
 /// Cache sizes of the bandwidth sweep, KiB: under capacity pressure, and the base.
 const SWEEP_KIB: [u64; 2] = [1024, 16384];
 
-const ALGOS: [Algo; 5] = [
+pub(crate) const ALGOS: [Algo; 5] = [
     Algo::NoCache,
     Algo::Cache(CooperativeKind::None),
     Algo::Cache(CooperativeKind::NChance { n: 0 }),
@@ -59,9 +59,18 @@ pub struct Row {
     pub critical_forwards: u64,
     /// Local over remote bandwidth (2.06 in the paper's base).
     pub bandwidth_ratio: f64,
+    /// The session workload's extra columns (none for the block trace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub critical_cleans: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetches: Option<u64>,
 }
 
-fn row(algo: Algo, kib: u64, ratio: f64, m: &Measured) -> Row {
+pub(crate) fn row(algo: Algo, kib: u64, ratio: f64, m: &Measured) -> Row {
     Row {
         algorithm: algo.to_string(),
         cache_kib: kib,
@@ -72,6 +81,10 @@ fn row(algo: Algo, kib: u64, ratio: f64, m: &Measured) -> Row {
         misses: m.misses,
         forwards: m.forwards,
         critical_forwards: m.critical_forwards,
+        prefetch: None,
+        write_ms: None,
+        critical_cleans: None,
+        prefetches: None,
     }
 }
 
@@ -90,8 +103,8 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
         _ => return None,
     };
     let refs = trace::sprite();
-    let streams = trace::by_client(refs, CLIENTS, RUN);
     let warm_up = refs.len() * WARM_NUM / WARM_DEN;
+    let streams = crate::paca96::model::reads(&trace::by_client(refs, CLIENTS, RUN), warm_up);
     let base_ratio = {
         let c = crate::paca96::model::Costs::default();
         c.local_bps / c.remote_bps
@@ -115,7 +128,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
         &plan,
         opts.threads,
         |&(a, kib, ratio)| {
-            let mut p = Params::base(a, warm_up, opts.seed);
+            let mut p = Params::base(a, opts.seed);
             p.cache_blocks = (kib << 10) as usize / p.costs.block as usize;
             p.costs.remote_bps = p.costs.local_bps / ratio;
             row(a, kib, ratio, &run_model(&p, &streams))
