@@ -240,10 +240,10 @@ impl Fs {
             // Under lru-interleaved the reader prefetches from the homes;
             // a home prefetching the next block would keep a replica.
             prefetch: match p.cooperative {
-                CooperativeKind::LruInterleaved => PrefetchKind::None,
+                CooperativeKind::LruInterleaved if self.interleaved(p.cooperative) => PrefetchKind::None,
                 _ => p.prefetch,
             },
-            aux_buffers: 0,
+            aux_buffers: self.cache.aux_buffers,
             syncer: Some(self.cache.syncer),
             fill_partial_writes: false,
         };

@@ -16,6 +16,10 @@ pub struct NodeCacheConfig {
     /// The syncer interval: dirty blocks older than this go down whatever
     /// the write policy (Unix's update daemon).
     pub syncer: Span,
+    /// Auxiliary buffers per pool: a dirty block that must leave is copied
+    /// to one and written from there, so the request that needs its buffer
+    /// does not wait (delayed clean, Cortes et al. 1996 §6.2).
+    pub aux_buffers: usize,
 }
 
 impl Default for NodeCacheConfig {
@@ -25,6 +29,7 @@ impl Default for NodeCacheConfig {
             block_size: 64 << 10,
             lanes: 64,
             syncer: Span::from_secs(30),
+            aux_buffers: 16,
         }
     }
 }

@@ -28,6 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+/// Evicted last copies on their way to peers at once: the paper's 16
+/// auxiliary buffers for delayed forwards (1996 §6.2). With all busy, a
+/// last copy is dropped rather than forwarded: the cache never waits.
+const FORWARDS_IN_FLIGHT: usize = 16;
+
 /// What this node knows of the tier and has counted.
 #[derive(Default)]
 pub(crate) struct Tier {
@@ -46,6 +51,8 @@ pub(crate) struct Tier {
     /// `lru-interleaved`: the homes holding this node's writes of a file
     /// that a close or fsync must push down.
     written_at: Mutex<HashMap<u64, BTreeSet<u64>>>,
+    /// Forwards on their way (at most [`FORWARDS_IN_FLIGHT`]).
+    forwarding: std::sync::atomic::AtomicUsize,
     remote_hits: AtomicU64,
     /// Of those, the ones the node cache fetched from a peer (`n-chance`);
     /// `lru-interleaved`'s go around it.
@@ -607,29 +614,41 @@ impl Below for NodeBelow {
         if !fs.tier.joined() {
             return;
         }
+        if fs.tier.forwarding.fetch_add(1, Ordering::SeqCst) >= FORWARDS_IN_FLIGHT {
+            fs.tier.forwarding.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
         tokio::spawn(async move {
-            let req = Request::TierEvicted {
-                handle: key.file,
-                index: key.index,
-                node: fs.node,
-                n,
-                recirculations,
-            };
-            let Ok((Response::Forward(Some((to, recirculations))), _)) = fs.mds.call(&req, &[]).await else {
-                return;
-            };
-            let fwd = Request::PeerForward {
-                handle: key.file,
-                index: key.index,
-                version,
-                recirculations,
-            };
-            if fs.call_peer(to, &fwd, &data).await.is_some() {
-                fs.tier.forwards.fetch_add(1, Ordering::Relaxed);
-                if recirculations > 1 {
-                    fs.tier.recirculations.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            fs.forward(key, data, n, version, recirculations).await;
+            fs.tier.forwarding.fetch_sub(1, Ordering::SeqCst);
         });
+    }
+}
+
+impl Fs {
+    /// Asks the directory where an evicted last copy goes, and sends it.
+    async fn forward(&self, key: BlockKey, data: Bytes, n: u8, version: u64, recirculations: u8) {
+        let req = Request::TierEvicted {
+            handle: key.file,
+            index: key.index,
+            node: self.node,
+            n,
+            recirculations,
+        };
+        let Ok((Response::Forward(Some((to, recirculations))), _)) = self.mds.call(&req, &[]).await else {
+            return;
+        };
+        let fwd = Request::PeerForward {
+            handle: key.file,
+            index: key.index,
+            version,
+            recirculations,
+        };
+        if self.call_peer(to, &fwd, &data).await.is_some() {
+            self.tier.forwards.fetch_add(1, Ordering::Relaxed);
+            if recirculations > 1 {
+                self.tier.recirculations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }

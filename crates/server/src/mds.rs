@@ -1197,10 +1197,12 @@ struct MdsHandler(
     Mutex<TierDirectory>,
 );
 
-/// `n-chance`'s directory (1996 §4) and the source of its random picks.
+/// `n-chance`'s directory (1996 §4), the source of its random picks, and
+/// the members it last saw (one that went silent holds nothing any more).
 struct TierDirectory {
     dir: Directory,
     picks: u64,
+    seen: Members,
 }
 
 impl MdsHandler {
@@ -1219,11 +1221,27 @@ impl MdsHandler {
             .collect()
     }
 
-    /// The members that answer their peers, as placement uses them.
+    /// The members that answer their peers, as placement uses them; the
+    /// directory forgets what a node that dropped out held.
     fn tier(&self) -> Members {
         let now = self.2.now();
         let nodes = self.3.lock().members(now);
-        Members::new(nodes.into_iter().filter(|(_, _, r)| !r.1.is_empty()).map(|(n, _, _)| n))
+        let members = Members::new(nodes.into_iter().filter(|(_, _, r)| !r.1.is_empty()).map(|(n, _, _)| n));
+        let mut d = self.4.lock();
+        if d.seen != members {
+            let gone: Vec<u64> = d
+                .seen
+                .nodes()
+                .iter()
+                .copied()
+                .filter(|&n| !members.contains(n))
+                .collect();
+            for n in gone {
+                d.dir.left(n);
+            }
+            d.seen = members.clone();
+        }
+        members
     }
 }
 
@@ -1606,6 +1624,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
         Mutex::new(TierDirectory {
             dir: Directory::new(CooperativeKind::DEFAULT_N),
             picks: 0,
+            seen: Members::default(),
         }),
     ));
     let syncer = {

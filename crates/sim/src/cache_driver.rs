@@ -5,14 +5,15 @@
 //! cooperative model), and keeps the cache's one timer. Every model that
 //! simulates a cache uses it, so none has an executor of its own.
 
-use parcache_core::{BlockKey, Cache, Effect, IoToken, ProcId, Time};
+use parcache_core::{BlockKey, Cache, Effect, IoToken, ProcId, Time, WriteCause};
 
 /// What a model puts below a cache: where its writes and fetches go, how a
 /// held process goes on, how the cache's timer is set.
 pub trait Below {
-    /// Write the block down (`whole`: the cache holds every byte of it);
+    /// Write the block down (`whole`: the cache holds every byte of it;
+    /// `detached`: from an auxiliary buffer, nobody waits; `cause`: why);
     /// call [`Cache::write_done`] with `token` when done.
-    fn write(&mut self, now: Time, token: IoToken, key: BlockKey, whole: bool);
+    fn write(&mut self, now: Time, token: IoToken, key: BlockKey, whole: bool, detached: bool, cause: WriteCause);
     /// Fetch the block; call [`Cache::fetch_done`] with `token` when done.
     /// Returns `false` if there is nothing to fetch (the block was never
     /// written): the driver then completes the fetch at once.
@@ -52,7 +53,14 @@ impl CacheDriver {
     pub fn drain(&mut self, now: Time, below: &mut impl Below) {
         while let Some(e) = self.cache.poll_effect() {
             match e {
-                Effect::Write { token, key, whole, .. } => below.write(now, token, key, whole),
+                Effect::Write {
+                    token,
+                    key,
+                    whole,
+                    detached,
+                    cause,
+                    ..
+                } => below.write(now, token, key, whole, detached, cause),
                 Effect::Fetch {
                     token, key, prefetch, ..
                 } => {

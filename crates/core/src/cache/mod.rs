@@ -606,13 +606,7 @@ impl Cache {
                 busy += 1;
                 continue;
             }
-            if !buf.dirty.is_empty() {
-                buf.dirty.clear();
-                self.dirty -= 1;
-                self.stats.discarded += 1;
-            }
-            self.evict(b);
-            self.free.push(b);
+            self.forget(b);
         }
         self.prefetch_queue.retain(|k| k.file != file || k.index < from);
         self.prefetch_queued.retain(|k| k.file != file || k.index < from);
@@ -620,6 +614,46 @@ impl Cache {
             self.resume_any();
         }
         busy
+    }
+
+    /// Forgets block `key` (another node's write made it stale, 1996 §4's
+    /// coherence): a dirty copy is dropped unwritten. Returns false if its
+    /// buffer is in use (left alone).
+    pub fn discard_block(&mut self, now: Time, key: BlockKey) -> bool {
+        self.now = now;
+        self.prefetch_queue.retain(|k| *k != key);
+        self.prefetch_queued.remove(&key);
+        let Some(&b) = self.table.get(&key) else {
+            return true;
+        };
+        if !self.bufs[b.index()].idle() {
+            return false;
+        }
+        self.forget(b);
+        self.resume_any();
+        true
+    }
+
+    /// Frees an idle buffer, its dirty bytes (if any) dropped unwritten.
+    fn forget(&mut self, b: BufId) {
+        let buf = &mut self.bufs[b.index()];
+        if !buf.dirty.is_empty() {
+            buf.dirty.clear();
+            self.dirty -= 1;
+            self.stats.discarded += 1;
+        }
+        self.evict(b);
+        self.free.push(b);
+    }
+
+    /// Queues block `key` for prefetching as the prefetch policies' own
+    /// proposals are (a prefetch decided elsewhere: under
+    /// `lru-interleaved` the reading node decides, and the block's home
+    /// reads it ahead, 1996 §3.3).
+    pub fn prefetch_block(&mut self, now: Time, key: BlockKey) {
+        self.now = now;
+        self.proposals.push(key);
+        self.queue_proposals();
     }
 
     /// A file of `blocks` blocks was opened (prefetch policies start here).

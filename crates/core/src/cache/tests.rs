@@ -850,3 +850,32 @@ fn evictions_are_reported_and_forwarded_blocks_adopted() {
     write(&mut q, 1, 0, 1, r(0, BS));
     assert!(effects(&mut q).is_empty());
 }
+
+/// A block another node's write made stale is forgotten, dirty bytes
+/// unwritten; one in use is left alone. A prefetch decided elsewhere
+/// (lru-interleaved's reader) is queued like the policy's own.
+#[test]
+fn blocks_are_discarded_one_at_a_time_and_prefetched_on_request() {
+    let mut c = cache(4, ReplacementKind::Lru, W::WriteBack);
+    write(&mut c, 0, 0, 1, r(0, BS));
+    write(&mut c, 0, 0, 2, r(0, BS));
+    assert_eq!(c.dirty_buffers(), 2);
+    assert!(c.discard_block(Time(1), k(1)));
+    assert!(!c.contains(k(1)) && c.contains(k(2)));
+    assert_eq!(c.dirty_buffers(), 1, "the dropped block is not written");
+    assert!(effects(&mut c).is_empty());
+    assert!(c.discard_block(Time(1), k(9)), "a block not held: nothing to do");
+    // In use (being read into): left alone.
+    assert!(matches!(
+        c.begin(Time(2), 1, k(3), Access::Read(r(0, BS))).unwrap(),
+        Begin::Blocked
+    ));
+    assert!(!c.discard_block(Time(2), k(3)));
+    // A prefetch asked for from outside is handed out when the device is idle.
+    c.prefetch_block(Time(3), k(5));
+    let got = c.poll_prefetch(Time(3), &mut |_| true);
+    assert!(
+        matches!(got, Some(Effect::Fetch { key, prefetch: true, .. }) if key == k(5)),
+        "{got:?}"
+    );
+}

@@ -20,7 +20,7 @@ use crate::resource::Fcfs;
 use crate::rng::SimRng;
 use parcache_core::{
     split_blocks, Access, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, IoToken, PrefetchKind,
-    ProcId, Span, StripeLayout, Time,
+    ProcId, Span, StripeLayout, Time, WriteCause,
 };
 use serde::{Deserialize, Serialize};
 
@@ -531,7 +531,7 @@ impl Disks<'_> {
 }
 
 impl Below for Disks<'_> {
-    fn write(&mut self, now: Time, token: IoToken, key: BlockKey, whole: bool) {
+    fn write(&mut self, now: Time, token: IoToken, key: BlockKey, whole: bool, _detached: bool, _cause: WriteCause) {
         let rmw = !whole && self.on_disk[key.index as usize];
         let op = if rmw { DiskOp::Read } else { DiskOp::Write };
         self.on_disk[key.index as usize] = true;

@@ -41,25 +41,31 @@
 //! read or write, `full-file-on-open` every block of a file at its open;
 //! the disk takes the queue's first block whenever it has nothing else.
 //!
-//! Simplifications: a forward that a peer's insertion causes in turn
+//! Each node's cache is the core's `Cache` (LRU, write-back, the 30 s
+//! syncer, 16 auxiliary buffers for delayed cleans, the prefetch policy)
+//! driven through the shared cache driver (`crate::cache_driver`), as the
+//! 1992 model's is; the model is its level below, charging §5's costs.
+//!
+//! Simplifications: a forward that a peer's adoption causes in turn
 //! (cascade) is charged to nobody; a remote hit does not reorder the
-//! holder's LRU list; an auxiliary buffer is busy for one copy (forward)
-//! or one disk write (clean) from when it is taken, ignoring the disk's
-//! queue.
+//! holder's LRU list; an auxiliary buffer taken for a forward is busy for
+//! one remote copy; a miss's request message is counted after the disk.
 
+use crate::cache_driver::{Below, CacheDriver};
 use crate::kernel::Kernel;
 use crate::paca96::workload::{Op, OpKind};
 use crate::rng::SimRng;
 use parcache_core::cooperative::n_chance::{Directory, Evicted};
 use parcache_core::cooperative::{lru_interleaved, CooperativeKind, Members, Source};
 use parcache_core::ids::NodeId;
-use parcache_core::{BlockKey, PrefetchKind, Span, Time};
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use parcache_core::{
+    Access, Begin, BlockKey, ByteRange, Cache, CacheConfig, Effect, IoToken, PrefetchKind, ProcId, ReplacementKind,
+    Span, Time, WriteCause, WritePolicyKind,
+};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// The file server's node, which has the disk.
 const SERVER: NodeId = 0;
-/// Prefetches queued at most (the oldest wait; more are not queued).
-const PREFETCH_QUEUE: usize = 65_536;
 
 /// The caching a run models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,102 +209,33 @@ fn key(file: u32, block: u32) -> BlockKey {
     BlockKey::new(file as u64, block as u64)
 }
 
-/// A block a node's cache pushed out: its forward count and whether dirty.
-#[derive(Clone, Copy, Debug)]
-struct Victim {
-    key: BlockKey,
-    recirculations: u8,
-    dirty: bool,
-}
-
-/// A node's cache: LRU over blocks, each with its forward count and dirty bit.
-struct Lru {
-    cap: usize,
-    at: HashMap<BlockKey, (u64, u8, bool)>,
-    order: BTreeMap<u64, BlockKey>,
-    next: u64,
-}
-
-impl Lru {
-    fn new(cap: usize) -> Lru {
-        Lru {
-            cap,
-            at: HashMap::new(),
-            order: BTreeMap::new(),
-            next: 0,
-        }
-    }
-    /// A reference: true on a hit, which becomes most recent with its
-    /// forward count reset (and dirty if `write`).
-    fn touch(&mut self, b: BlockKey, write: bool) -> bool {
-        let Some((stamp, _, dirty)) = self.at.get(&b).copied() else {
-            return false;
-        };
-        self.order.remove(&stamp);
-        self.next += 1;
-        self.order.insert(self.next, b);
-        self.at.insert(b, (self.next, 0, dirty || write));
-        true
-    }
-    fn contains(&self, b: BlockKey) -> bool {
-        self.at.contains_key(&b)
-    }
-    /// Inserts as most recent; returns the block pushed out.
-    fn insert(&mut self, b: BlockKey, recirculations: u8, dirty: bool) -> Option<Victim> {
-        if self.contains(b) {
-            self.touch(b, dirty);
-            return None;
-        }
-        self.next += 1;
-        self.order.insert(self.next, b);
-        self.at.insert(b, (self.next, recirculations, dirty));
-        if self.at.len() <= self.cap {
-            return None;
-        }
-        let (_, victim) = self.order.pop_first().expect("over capacity");
-        let (_, r, d) = self.at.remove(&victim).expect("listed");
-        Some(Victim {
-            key: victim,
-            recirculations: r,
-            dirty: d,
-        })
-    }
-    fn remove(&mut self, b: BlockKey) {
-        if let Some((stamp, _, _)) = self.at.remove(&b) {
-            self.order.remove(&stamp);
-        }
-    }
-    /// Marks every dirty block clean; returns how many there were.
-    fn clean_all(&mut self) -> usize {
-        let mut n = 0;
-        for v in self.at.values_mut() {
-            if v.2 {
-                v.2 = false;
-                n += 1;
-            }
-        }
-        n
-    }
-}
-
-/// What the disk does for whom; served demand first, then background,
-/// then prefetch.
+/// What the disk does for whom: demand first, then background writes,
+/// then prefetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Job {
-    /// A client's request waits for it.
+    /// `no-cache`: a client's request waits for it.
     Client(usize),
-    /// A dirty block written in the background.
+    /// A node cache's fetch (`then`: the copy after the disk read).
+    Fetch {
+        node: NodeId,
+        token: IoToken,
+        then: Span,
+        prefetch: bool,
+    },
+    /// A node cache's write of a dirty block that a request waits for.
+    Write { node: NodeId, token: IoToken },
+    /// A dirty block written in the background (the node's buffer was
+    /// freed once the block reached the server).
     Clean,
-    /// A block read ahead into `node`'s cache.
-    Prefetch { node: NodeId, key: BlockKey },
 }
 
 impl Job {
     fn class(&self) -> usize {
         match self {
-            Job::Client(_) => 0,
+            Job::Client(_) | Job::Write { .. } => 0,
+            Job::Fetch { prefetch: false, .. } => 0,
             Job::Clean => 1,
-            Job::Prefetch { .. } => 2,
+            Job::Fetch { prefetch: true, .. } => 2,
         }
     }
 }
@@ -334,19 +271,29 @@ impl Disk {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ev {
     Start(usize),
-    /// A client's request reaches the disk queue.
+    /// Client `c`'s next access (its delays before it have passed), or a
+    /// retry after its cache resumed it.
+    Access(usize),
+    /// `no-cache`: a client's request reaches the disk queue.
     ToDisk(usize),
     /// The disk finished the job in service.
     Disk(Job),
+    /// A fetch's bytes arrived in `node`'s cache.
+    Fetched(NodeId, IoToken),
+    /// A dirty block left `node`'s cache for the server.
+    Written(NodeId, IoToken),
+    /// `node`'s cache asked for a timer event.
+    Timer(NodeId),
     Finish(usize),
-    Sync,
 }
 
-/// A step of a request: a delay (copies, messages) or a disk access.
+/// A step of a request: a delay (copies, messages), an access to a node's
+/// cache, or (`no-cache`) a disk access.
 #[derive(Clone, Copy, Debug)]
 enum Stage {
     Delay(Span),
     Disk(Span),
+    Access { node: NodeId, key: BlockKey, write: bool },
 }
 
 /// One client's request in progress.
@@ -355,6 +302,50 @@ struct Pending {
     measured: bool,
     write: bool,
     stages: VecDeque<Stage>,
+    /// Whether its access has not yet been tried (a hit is a first-try hit).
+    first_try: bool,
+    /// Forwards it pays for (no auxiliary buffer was free).
+    penalty: Span,
+}
+
+/// What a node cache asked for while being driven, carried out after.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Write {
+        token: IoToken,
+        detached: bool,
+        cause: WriteCause,
+    },
+    Fetch {
+        token: IoToken,
+        key: BlockKey,
+        prefetch: bool,
+    },
+    Resume(ProcId),
+    Wake(Time),
+    Evicted(BlockKey),
+}
+
+/// The level below every node cache: records what the cache asks.
+struct Collect<'a>(&'a mut Vec<Act>);
+
+impl Below for Collect<'_> {
+    fn write(&mut self, _now: Time, token: IoToken, _key: BlockKey, _whole: bool, detached: bool, cause: WriteCause) {
+        self.0.push(Act::Write { token, detached, cause });
+    }
+    fn fetch(&mut self, _now: Time, token: IoToken, key: BlockKey, prefetch: bool) -> bool {
+        self.0.push(Act::Fetch { token, key, prefetch });
+        true
+    }
+    fn resume(&mut self, _now: Time, proc: ProcId) {
+        self.0.push(Act::Resume(proc));
+    }
+    fn wake_at(&mut self, at: Time) {
+        self.0.push(Act::Wake(at));
+    }
+    fn evicted(&mut self, _now: Time, key: BlockKey) {
+        self.0.push(Act::Evicted(key));
+    }
 }
 
 struct Sim<'a> {
@@ -364,15 +355,17 @@ struct Sim<'a> {
     pending: Vec<Option<Pending>>,
     k: Kernel<Ev>,
     disk: Disk,
-    caches: Vec<Lru>,
+    /// Each node's cache: the core's, through the shared cache driver.
+    caches: Vec<CacheDriver>,
     members: Members,
     directory: Directory,
-    /// Per node: when each auxiliary buffer in use frees.
+    /// `n-chance`: how often each block a node holds was forwarded since
+    /// it was last read there.
+    recirculations: HashMap<(NodeId, BlockKey), u8>,
+    /// Per node: when each auxiliary buffer taken for a forward frees.
     aux: Vec<BinaryHeap<std::cmp::Reverse<Time>>>,
-    prefetch: VecDeque<(NodeId, BlockKey)>,
-    /// Blocks being read ahead, with the clients waiting for them.
-    prefetching: HashMap<(NodeId, BlockKey), Vec<usize>>,
-    sync_started: bool,
+    /// The node whose cache the next prefetch poll tries first.
+    next_poll: usize,
     rng: SimRng,
     /// The clients' think times, one stream each (independent of the
     /// forwarding picks, so algorithms see the same arrivals).
@@ -407,9 +400,30 @@ pub fn run(p: &Params, streams: &[Vec<Op>]) -> Measured {
         "a node per client and one for the server"
     );
     let n_chance = match p.algo {
-        Algo::Cache(CooperativeKind::NChance { n }) => n,
-        _ => 0,
+        Algo::Cache(CooperativeKind::NChance { n }) => Some(n),
+        _ => None,
     };
+    let cfg = CacheConfig {
+        buffers: p.cache_blocks.max(1),
+        block_size: p.costs.block as u32,
+        replacement: ReplacementKind::Lru,
+        write: WritePolicyKind::WriteBack,
+        // Under lru-interleaved the reader decides and the homes read ahead.
+        prefetch: match p.algo {
+            Algo::Cache(CooperativeKind::LruInterleaved) => PrefetchKind::None,
+            _ => p.prefetch,
+        },
+        aux_buffers: p.aux_buffers,
+        syncer: Some(p.sync_every),
+        fill_partial_writes: false,
+    };
+    let caches = (0..p.nodes)
+        .map(|_| {
+            let mut c = Cache::new(cfg.clone()).expect("a valid node cache");
+            c.report_evictions(n_chance.is_some());
+            CacheDriver::new(c)
+        })
+        .collect();
     let mut s = Sim {
         p: *p,
         streams,
@@ -417,13 +431,12 @@ pub fn run(p: &Params, streams: &[Vec<Op>]) -> Measured {
         pending: (0..streams.len()).map(|_| None).collect(),
         k: Kernel::new(),
         disk: Disk::default(),
-        caches: (0..p.nodes).map(|_| Lru::new(p.cache_blocks)).collect(),
+        caches,
         members: Members::new(0..p.nodes as NodeId),
-        directory: Directory::new(n_chance),
+        directory: Directory::new(n_chance.unwrap_or(0)),
+        recirculations: HashMap::new(),
         aux: (0..p.nodes).map(|_| BinaryHeap::new()).collect(),
-        prefetch: VecDeque::new(),
-        prefetching: HashMap::new(),
-        sync_started: false,
+        next_poll: 0,
         rng: SimRng::new(p.seed),
         thinking: (0..streams.len() as u64)
             .map(|c| SimRng::stream(p.seed, c + 1))
@@ -441,6 +454,7 @@ pub fn run(p: &Params, streams: &[Vec<Op>]) -> Measured {
                     live -= 1;
                 }
             }
+            Ev::Access(c) => s.access(now, c),
             Ev::ToDisk(c) => {
                 let service = match s.pending[c].as_mut().and_then(|p| p.stages.pop_front()) {
                     Some(Stage::Disk(d)) => d,
@@ -454,10 +468,29 @@ pub fn run(p: &Params, streams: &[Vec<Op>]) -> Measured {
                 }
                 match job {
                     Job::Client(c) => s.advance(now, c),
+                    Job::Fetch { node, token, then, .. } => s.k.at(now + then, Ev::Fetched(node, token)),
+                    Job::Write { node, token } => s.k.at(now, Ev::Written(node, token)),
                     Job::Clean => {}
-                    Job::Prefetch { node, key } => s.prefetched(now, node, key),
                 }
                 s.start_prefetch(now);
+            }
+            Ev::Fetched(node, token) => {
+                s.caches[node as usize].cache_mut().fetch_done(now, token);
+                s.drain(now, node, None);
+                s.start_prefetch(now);
+            }
+            Ev::Written(node, token) => {
+                s.caches[node as usize].cache_mut().write_done(now, token);
+                s.drain(now, node, None);
+                s.start_prefetch(now);
+            }
+            Ev::Timer(node) => {
+                // The syncer: stop once every client is done.
+                if live > 0 {
+                    let mut acts = Vec::new();
+                    s.caches[node as usize].timer(now, &mut Collect(&mut acts));
+                    s.carry_out(now, node, None, acts);
+                }
             }
             Ev::Finish(c) => {
                 let done = s.pending[c].take().expect("a request in progress");
@@ -479,16 +512,6 @@ pub fn run(p: &Params, streams: &[Vec<Op>]) -> Measured {
                 };
                 s.k.at(now + t, Ev::Start(c));
             }
-            Ev::Sync => {
-                for node in 0..s.caches.len() {
-                    for _ in 0..s.caches[node].clean_all() {
-                        s.submit(now, Job::Clean, s.p.costs.disk_write);
-                    }
-                }
-                if live > 0 {
-                    s.k.at(now + s.p.sync_every, Ev::Sync);
-                }
-            }
         }
     }
     s.m
@@ -505,36 +528,39 @@ impl Sim<'_> {
             };
             match op.kind {
                 OpKind::Open => {
-                    if self.p.prefetch == PrefetchKind::FullFileOnOpen {
-                        for b in 0..op.blocks {
-                            self.queue_prefetch(node, key(op.file, b));
-                        }
-                        self.start_prefetch(now);
+                    self.opened(now, node, op);
+                    self.pos[c] += 1;
+                }
+                OpKind::Close => {
+                    if self.p.algo != Algo::NoCache {
+                        self.caches[node as usize].cache_mut().close(now, op.file as u64);
                     }
                     self.pos[c] += 1;
                 }
-                OpKind::Close => self.pos[c] += 1,
                 OpKind::Read | OpKind::Write => {
                     let write = op.kind == OpKind::Write;
+                    if self.p.algo == Algo::NoCache && !write && op.measured {
+                        self.m.misses += 1;
+                    }
                     let k = key(op.file, op.block);
                     let stages = if write {
-                        self.write(now, node, k, op.measured)
+                        self.write_stages(now, node, k)
                     } else {
-                        self.read(now, c, node, k, op.measured)
+                        self.read_stages(node, k)
                     };
-                    if self.p.prefetch == PrefetchKind::OneBlockAhead && op.block + 1 < op.blocks {
-                        self.queue_prefetch(node, key(op.file, op.block + 1));
+                    if self.p.prefetch == PrefetchKind::OneBlockAhead
+                        && self.p.algo == Algo::Cache(CooperativeKind::LruInterleaved)
+                        && op.block + 1 < op.blocks
+                    {
+                        self.prefetch_at_home(now, key(op.file, op.block + 1));
                     }
-                    let Some(stages) = stages else {
-                        // Waiting for a block being read ahead.
-                        self.start_prefetch(now);
-                        return true;
-                    };
                     self.pending[c] = Some(Pending {
                         began: now,
                         measured: op.measured,
                         write,
                         stages,
+                        first_try: true,
+                        penalty: Span::ZERO,
                     });
                     self.advance(now, c);
                     self.start_prefetch(now);
@@ -544,8 +570,92 @@ impl Sim<'_> {
         }
     }
 
+    /// A client on `node` opened a file: `full-file-on-open` queues it
+    /// (at each block's home under `lru-interleaved`).
+    fn opened(&mut self, now: Time, node: NodeId, op: Op) {
+        match self.p.algo {
+            Algo::NoCache => {}
+            Algo::Cache(CooperativeKind::LruInterleaved) => {
+                if self.p.prefetch == PrefetchKind::FullFileOnOpen {
+                    for b in 0..op.blocks {
+                        self.prefetch_at_home(now, key(op.file, b));
+                    }
+                }
+            }
+            Algo::Cache(_) => {
+                self.caches[node as usize]
+                    .cache_mut()
+                    .open(now, op.file as u64, op.blocks as u64);
+                self.drain(now, node, None);
+            }
+        }
+        self.start_prefetch(now);
+    }
+
+    fn prefetch_at_home(&mut self, now: Time, k: BlockKey) {
+        let home = lru_interleaved::home(k, &self.members).expect("members");
+        self.caches[home as usize].cache_mut().prefetch_block(now, k);
+    }
+
+    /// The stages of a read of `k` by `node` (§5's costs).
+    fn read_stages(&self, node: NodeId, k: BlockKey) -> VecDeque<Stage> {
+        let co = self.p.costs;
+        let (l, r, msg) = (co.local_copy(), co.remote_copy(), co.message());
+        let access = |at: NodeId| Stage::Access {
+            node: at,
+            key: k,
+            write: false,
+        };
+        match self.p.algo {
+            Algo::NoCache => VecDeque::from([Stage::Delay(msg), Stage::Disk(co.disk_read), Stage::Delay(r)]),
+            Algo::Cache(CooperativeKind::None) => VecDeque::from([access(node), Stage::Delay(l)]),
+            Algo::Cache(CooperativeKind::LruInterleaved) => {
+                let home = lru_interleaved::home(k, &self.members).expect("members");
+                if home == node {
+                    VecDeque::from([access(home), Stage::Delay(l)])
+                } else {
+                    VecDeque::from([Stage::Delay(msg), access(home), Stage::Delay(r)])
+                }
+            }
+            // Every request asks the central server first.
+            Algo::Cache(CooperativeKind::NChance { .. }) => {
+                VecDeque::from([Stage::Delay(msg), access(node), Stage::Delay(l)])
+            }
+        }
+    }
+
+    /// The stages of a write of the whole block `k` by `node`.
+    fn write_stages(&mut self, now: Time, node: NodeId, k: BlockKey) -> VecDeque<Stage> {
+        let co = self.p.costs;
+        let (l, r, msg) = (co.local_copy(), co.remote_copy(), co.message());
+        let access = |at: NodeId| Stage::Access {
+            node: at,
+            key: k,
+            write: true,
+        };
+        match self.p.algo {
+            Algo::NoCache => VecDeque::from([Stage::Delay(msg + r), Stage::Disk(co.disk_write)]),
+            Algo::Cache(CooperativeKind::None) => VecDeque::from([Stage::Delay(l), access(node)]),
+            Algo::Cache(CooperativeKind::LruInterleaved) => {
+                let home = lru_interleaved::home(k, &self.members).expect("members");
+                let cost = if home == node { l } else { msg + r };
+                VecDeque::from([Stage::Delay(cost), access(home)])
+            }
+            Algo::Cache(CooperativeKind::NChance { .. }) => {
+                // The central server keeps the copies coherent: every
+                // other copy is dropped.
+                for other in self.directory.written(node, k) {
+                    self.caches[other as usize].cache_mut().discard_block(now, k);
+                    self.recirculations.remove(&(other, k));
+                    self.drain(now, other, None);
+                }
+                VecDeque::from([Stage::Delay(msg + l), access(node)])
+            }
+        }
+    }
+
     /// Runs client `c`'s request on from `now`: its delays up to the next
-    /// disk access (which it queues for), or to its end.
+    /// access (cache or disk), or to its end.
     fn advance(&mut self, now: Time, c: usize) {
         let p = self.pending[c].as_mut().expect("a request in progress");
         let mut delay = Span::ZERO;
@@ -559,9 +669,182 @@ impl Sim<'_> {
                     self.k.at(now + delay, Ev::ToDisk(c));
                     return;
                 }
+                Stage::Access { .. } => {
+                    self.k.at(now + delay, Ev::Access(c));
+                    return;
+                }
             }
         }
-        self.k.at(now + delay, Ev::Finish(c));
+        let penalty = std::mem::replace(&mut p.penalty, Span::ZERO);
+        self.k.at(now + delay + penalty, Ev::Finish(c));
+    }
+
+    /// Client `c` accesses the block of its current stage in that node's
+    /// cache: on with its request if the block is there, else it waits to
+    /// be resumed (the cache fetches it, or frees a buffer).
+    fn access(&mut self, now: Time, c: usize) {
+        let p = self.pending[c].as_mut().expect("a request in progress");
+        let Some(&Stage::Access { node, key: k, write }) = p.stages.front() else {
+            unreachable!("an access without an access stage");
+        };
+        let first = std::mem::replace(&mut p.first_try, false);
+        let measured = p.measured;
+        let bs = self.p.costs.block as u32;
+        let a = if write {
+            Access::Write(ByteRange::new(0, bs))
+        } else {
+            Access::Read(ByteRange::new(0, bs))
+        };
+        let cache = self.caches[node as usize].cache_mut();
+        let begun = cache.begin(now, c as ProcId, k, a).expect("a whole-block access");
+        let ready = match begun {
+            Begin::Ready(b) => {
+                cache.end(now, c as ProcId, b, a).expect("the access begun");
+                true
+            }
+            Begin::Blocked => false,
+        };
+        let fetched = self.m.remote_hits + self.m.misses;
+        self.drain(now, node, Some(c));
+        if !write && first && measured {
+            if ready {
+                if node == c as NodeId + 1 {
+                    self.m.local_hits += 1;
+                } else {
+                    self.m.remote_hits += 1;
+                }
+            } else if self.m.remote_hits + self.m.misses == fetched {
+                // It waits for a block on its way, or for a buffer.
+                self.m.misses += 1;
+            }
+        }
+        if ready {
+            if !write {
+                self.recirculations.remove(&(node, k));
+            }
+            self.pending[c].as_mut().expect("in progress").stages.pop_front();
+            self.advance(now, c);
+        }
+    }
+
+    /// Carries out what `node`'s cache asked for; `client` is the request
+    /// being served, which pays for forwards no auxiliary buffer takes.
+    fn drain(&mut self, now: Time, node: NodeId, client: Option<usize>) {
+        let mut acts = Vec::new();
+        self.caches[node as usize].drain(now, &mut Collect(&mut acts));
+        self.carry_out(now, node, client, acts);
+    }
+
+    fn carry_out(&mut self, now: Time, node: NodeId, client: Option<usize>, acts: Vec<Act>) {
+        let co = self.p.costs;
+        let measured = client.is_some_and(|c| self.pending[c].as_ref().is_some_and(|p| p.measured));
+        for act in acts {
+            match act {
+                Act::Resume(proc) => self.k.at(now, Ev::Access(proc as usize)),
+                Act::Wake(at) => self.k.at(at, Ev::Timer(node)),
+                Act::Write { token, detached, cause } => {
+                    // A clean from an auxiliary buffer or by the syncer
+                    // frees the node's buffer once the block reaches the
+                    // server, which writes it in the background; a clean
+                    // a request needs at once waits for the disk.
+                    let to_server = if node == SERVER {
+                        co.local_copy()
+                    } else {
+                        co.remote_copy()
+                    };
+                    if detached || cause != WriteCause::Need {
+                        self.k.at(now + to_server, Ev::Written(node, token));
+                        self.submit(now, Job::Clean, co.disk_write);
+                    } else {
+                        if measured {
+                            self.m.critical_cleans += 1;
+                        }
+                        self.submit(now, Job::Write { node, token }, co.disk_write);
+                    }
+                }
+                Act::Fetch {
+                    token,
+                    key: k,
+                    prefetch,
+                } => self.fetch(now, node, token, k, prefetch, client),
+                Act::Evicted(k) => self.forward(now, node, k, client),
+            }
+        }
+    }
+
+    /// `node`'s cache fetches `k`: from a peer holding it (`n-chance`),
+    /// else from the disk, then copied to the node.
+    fn fetch(&mut self, now: Time, node: NodeId, token: IoToken, k: BlockKey, prefetch: bool, client: Option<usize>) {
+        let co = self.p.costs;
+        let (l, r, msg) = (co.local_copy(), co.remote_copy(), co.message());
+        let measured = !prefetch && client.is_some_and(|c| self.pending[c].as_ref().is_some_and(|p| p.measured));
+        if prefetch {
+            self.m.prefetches += 1;
+        }
+        let then = if node == SERVER { l } else { r };
+        // n-chance asks the directory for a peer holding the block; a
+        // home's (or a private cache's) miss goes to the server.
+        if let Algo::Cache(CooperativeKind::NChance { .. }) = self.p.algo {
+            let from_peer = matches!(self.directory.lookup(node, k, &self.members), Source::Peer(_));
+            self.directory.cached(node, k);
+            if from_peer {
+                if measured {
+                    self.m.remote_hits += 1;
+                }
+                self.k.at(now + r, Ev::Fetched(node, token));
+                return;
+            }
+        }
+        if measured {
+            self.m.misses += 1;
+        }
+        // A miss asks the server (n-chance asked it already): the message
+        // is added to the copy after the disk, so the total is the same.
+        let ask = match self.p.algo {
+            Algo::Cache(CooperativeKind::NChance { .. }) => Span::ZERO,
+            _ => msg,
+        };
+        let job = Job::Fetch {
+            node,
+            token,
+            then: then + ask,
+            prefetch,
+        };
+        self.submit(now, job, co.disk_read);
+    }
+
+    /// `node` evicted the clean block `k` (`n-chance`): a last copy with
+    /// chances left goes to a peer, which adopts it as most recently used.
+    /// The request being served pays a remote copy unless an auxiliary
+    /// buffer takes the forward (delayed forward, §6.2).
+    fn forward(&mut self, now: Time, node: NodeId, k: BlockKey, client: Option<usize>) {
+        let recirc = self.recirculations.remove(&(node, k)).unwrap_or(0);
+        let pick = self.rng.below(u64::MAX);
+        let Evicted::Forward { to, recirculations, .. } =
+            self.directory.evicted(node, k, recirc, false, pick, &self.members)
+        else {
+            return;
+        };
+        let measured = client.is_some_and(|c| self.pending[c].as_ref().is_some_and(|p| p.measured));
+        if measured {
+            self.m.forwards += 1;
+        }
+        if let Some(c) = client {
+            if !self.take_aux(now, node, self.p.costs.remote_copy()) {
+                if measured {
+                    self.m.critical_forwards += 1;
+                }
+                if let Some(p) = self.pending[c].as_mut() {
+                    p.penalty = p.penalty + self.p.costs.remote_copy();
+                }
+            }
+        }
+        if self.caches[to as usize].cache_mut().adopt(now, k).is_some() {
+            self.recirculations.insert((to, k), recirculations);
+        }
+        // A block the adoption pushed out is forwarded in turn, by nobody's
+        // request.
+        self.drain(now, to, None);
     }
 
     fn submit(&mut self, now: Time, job: Job, service: Span) {
@@ -570,274 +853,38 @@ impl Sim<'_> {
         }
     }
 
-    fn queue_prefetch(&mut self, node: NodeId, k: BlockKey) {
-        if self.p.algo == Algo::NoCache || self.prefetch.len() >= PREFETCH_QUEUE {
+    /// The disk has nothing else to do: the node caches' queued prefetches
+    /// go, one node after another.
+    fn start_prefetch(&mut self, now: Time) {
+        if self.p.algo == Algo::NoCache || self.p.prefetch == PrefetchKind::None {
             return;
         }
-        let target = self.place(node, k);
-        self.prefetch.push_back((target, k));
-    }
-
-    /// Where a block of `node`'s is cached: its home under lru-interleaved,
-    /// else the node itself.
-    fn place(&self, node: NodeId, k: BlockKey) -> NodeId {
-        match self.p.algo {
-            Algo::Cache(CooperativeKind::LruInterleaved) => lru_interleaved::home(k, &self.members).expect("members"),
-            _ => node,
-        }
-    }
-
-    /// The disk has nothing else to do: it reads ahead the first queued
-    /// block that is not already cached (or held by a peer).
-    fn start_prefetch(&mut self, now: Time) {
-        while self.disk.idle_for_prefetch() {
-            let Some((node, k)) = self.prefetch.pop_front() else {
-                return;
-            };
-            let held = self.caches[node as usize].contains(k)
-                || self.prefetching.contains_key(&(node, k))
-                || (matches!(self.p.algo, Algo::Cache(CooperativeKind::NChance { .. }))
-                    && !self.directory.holders(k).is_empty());
-            if held {
-                continue;
-            }
-            self.prefetching.insert((node, k), Vec::new());
-            self.m.prefetches += 1;
-            self.submit(now, Job::Prefetch { node, key: k }, self.p.costs.disk_read);
-        }
-    }
-
-    /// A block read ahead arrived in `node`'s cache; clients waiting for it
-    /// go on.
-    fn prefetched(&mut self, now: Time, node: NodeId, k: BlockKey) {
-        let waiting = self.prefetching.remove(&(node, k)).unwrap_or_default();
-        if !self.caches[node as usize].contains(k) {
-            if matches!(self.p.algo, Algo::Cache(CooperativeKind::NChance { .. })) {
-                self.directory.cached(node, k);
-            }
-            if let Some(v) = self.caches[node as usize].insert(k, 0, false) {
-                // Nobody waits for a read-ahead: its victim goes down (if
-                // dirty) and on (n-chance) in the background.
-                if v.dirty {
-                    self.submit(now, Job::Clean, self.p.costs.disk_write);
+        let n = self.caches.len();
+        let mut tried = 0;
+        while self.disk.idle_for_prefetch() && tried < n {
+            let node = self.next_poll as NodeId;
+            let got = self.caches[node as usize].cache_mut().poll_prefetch(now, &mut |_| true);
+            match got {
+                Some(Effect::Fetch { token, key: k, .. }) => {
+                    tried = 0;
+                    let mut acts = vec![Act::Fetch {
+                        token,
+                        key: k,
+                        prefetch: true,
+                    }];
+                    self.caches[node as usize].drain(now, &mut Collect(&mut acts));
+                    self.carry_out(now, node, None, acts);
                 }
-                if matches!(self.p.algo, Algo::Cache(CooperativeKind::NChance { .. })) {
-                    self.forward(now, node, (v.key, v.recirculations), false);
+                _ => {
+                    tried += 1;
+                    self.next_poll = (self.next_poll + 1) % n;
                 }
-            }
-        }
-        for c in waiting {
-            self.advance(now, c);
-        }
-    }
-
-    /// `c` (on `node`) wants a block being read ahead into `target`: it
-    /// waits for it, then pays `after`. Returns whether it waits.
-    fn wait_for_prefetch(
-        &mut self,
-        now: Time,
-        c: usize,
-        target: NodeId,
-        k: BlockKey,
-        after: Span,
-        measured: bool,
-    ) -> bool {
-        let Some(w) = self.prefetching.get_mut(&(target, k)) else {
-            return false;
-        };
-        w.push(c);
-        self.pending[c] = Some(Pending {
-            began: now,
-            measured,
-            write: false,
-            stages: VecDeque::from([Stage::Delay(after)]),
-        });
-        true
-    }
-
-    /// Decides a read of `k` by client `c` on `node`: the stages of the
-    /// request, or `None` if it waits for a block being read ahead.
-    fn read(&mut self, now: Time, c: usize, node: NodeId, k: BlockKey, measured: bool) -> Option<VecDeque<Stage>> {
-        let co = self.p.costs;
-        let (l, r, msg) = (co.local_copy(), co.remote_copy(), co.message());
-        let count = |m: &mut Measured, f: fn(&mut Measured)| {
-            if measured {
-                f(m)
-            }
-        };
-        let stages = |v: &[Stage]| Some(v.iter().copied().collect::<VecDeque<_>>());
-        match self.p.algo {
-            Algo::NoCache => {
-                count(&mut self.m, |m| m.misses += 1);
-                stages(&[Stage::Delay(msg), Stage::Disk(co.disk_read), Stage::Delay(r)])
-            }
-            Algo::Cache(CooperativeKind::None) => {
-                if self.caches[node as usize].touch(k, false) {
-                    count(&mut self.m, |m| m.local_hits += 1);
-                    return stages(&[Stage::Delay(l)]);
-                }
-                count(&mut self.m, |m| m.misses += 1);
-                if self.wait_for_prefetch(now, c, node, k, l, measured) {
-                    return None;
-                }
-                let mut s = VecDeque::from([Stage::Delay(msg), Stage::Disk(co.disk_read), Stage::Delay(r + l)]);
-                if let Some(v) = self.caches[node as usize].insert(k, 0, false) {
-                    s.extend(self.evicted(now, node, v, measured));
-                }
-                Some(s)
-            }
-            Algo::Cache(CooperativeKind::LruInterleaved) => {
-                let home = lru_interleaved::home(k, &self.members).expect("members");
-                let to_user = if home == node { l } else { r };
-                let ask = if home == node { Span::ZERO } else { msg };
-                if self.caches[home as usize].touch(k, false) {
-                    if home == node {
-                        count(&mut self.m, |m| m.local_hits += 1);
-                    } else {
-                        count(&mut self.m, |m| m.remote_hits += 1);
-                    }
-                    return stages(&[Stage::Delay(ask + to_user)]);
-                }
-                count(&mut self.m, |m| m.misses += 1);
-                if self.wait_for_prefetch(now, c, home, k, to_user, measured) {
-                    return None;
-                }
-                let to_home = if home == SERVER { l } else { r };
-                let mut s = VecDeque::from([
-                    Stage::Delay(ask + msg),
-                    Stage::Disk(co.disk_read),
-                    Stage::Delay(to_home + to_user),
-                ]);
-                if let Some(v) = self.caches[home as usize].insert(k, 0, false) {
-                    s.extend(self.evicted(now, home, v, measured));
-                }
-                Some(s)
-            }
-            Algo::Cache(CooperativeKind::NChance { .. }) => {
-                if self.caches[node as usize].touch(k, false) {
-                    count(&mut self.m, |m| m.local_hits += 1);
-                    return stages(&[Stage::Delay(msg + l)]);
-                }
-                if self.prefetching.contains_key(&(node, k)) {
-                    count(&mut self.m, |m| m.misses += 1);
-                    self.wait_for_prefetch(now, c, node, k, msg + l, measured);
-                    return None;
-                }
-                let mut s = match self.directory.lookup(node, k, &self.members) {
-                    Source::Peer(_) => {
-                        count(&mut self.m, |m| m.remote_hits += 1);
-                        VecDeque::from([Stage::Delay(msg + r + l)])
-                    }
-                    _ => {
-                        count(&mut self.m, |m| m.misses += 1);
-                        VecDeque::from([Stage::Delay(msg), Stage::Disk(co.disk_read), Stage::Delay(r + l)])
-                    }
-                };
-                self.directory.cached(node, k);
-                if let Some(v) = self.caches[node as usize].insert(k, 0, false) {
-                    s.extend(self.evicted(now, node, v, measured));
-                }
-                Some(s)
             }
         }
     }
 
-    /// Decides a write of the whole block `k` by `node`: its stages.
-    fn write(&mut self, now: Time, node: NodeId, k: BlockKey, measured: bool) -> Option<VecDeque<Stage>> {
-        let co = self.p.costs;
-        let (l, r, msg) = (co.local_copy(), co.remote_copy(), co.message());
-        let (target, mut s) = match self.p.algo {
-            Algo::NoCache => {
-                return Some(VecDeque::from([Stage::Delay(msg + r), Stage::Disk(co.disk_write)]));
-            }
-            Algo::Cache(CooperativeKind::None) => (node, VecDeque::from([Stage::Delay(l)])),
-            Algo::Cache(CooperativeKind::LruInterleaved) => {
-                let home = lru_interleaved::home(k, &self.members).expect("members");
-                let cost = if home == node { l } else { msg + r };
-                (home, VecDeque::from([Stage::Delay(cost)]))
-            }
-            Algo::Cache(CooperativeKind::NChance { .. }) => {
-                // The central server keeps the copies coherent: every
-                // other copy is dropped.
-                for other in self.directory.written(node, k) {
-                    self.caches[other as usize].remove(k);
-                }
-                (node, VecDeque::from([Stage::Delay(msg + l)]))
-            }
-        };
-        if !self.caches[target as usize].touch(k, true) {
-            if let Some(v) = self.caches[target as usize].insert(k, 0, true) {
-                s.extend(self.evicted(now, target, v, measured));
-            }
-        }
-        if !self.sync_started {
-            // The syncer runs from the first dirty block on.
-            self.sync_started = true;
-            self.k.at(now + self.p.sync_every, Ev::Sync);
-        }
-        Some(s)
-    }
-
-    /// `node`'s cache pushed `v` out to make room for a request: a dirty
-    /// block is cleaned (delayed through an auxiliary buffer if one is
-    /// free, else while the request waits), and under `n-chance` a last
-    /// copy is forwarded. Returns the stages the request pays.
-    fn evicted(&mut self, now: Time, node: NodeId, v: Victim, measured: bool) -> Vec<Stage> {
-        let mut paid = Vec::new();
-        if v.dirty {
-            if self.take_aux(now, node, self.p.costs.disk_write) {
-                paid.push(Stage::Delay(self.p.costs.local_copy()));
-                self.submit(now, Job::Clean, self.p.costs.disk_write);
-            } else {
-                if measured {
-                    self.m.critical_cleans += 1;
-                }
-                paid.push(Stage::Disk(self.p.costs.disk_write));
-            }
-        }
-        if matches!(self.p.algo, Algo::Cache(CooperativeKind::NChance { .. }))
-            && !self.forward(now, node, (v.key, v.recirculations), measured)
-        {
-            paid.push(Stage::Delay(self.p.costs.remote_copy()));
-        }
-        paid
-    }
-
-    /// `node` pushed `victim` out (clean now). Returns false if a forward
-    /// had to be paid in the request's critical path (no auxiliary buffer
-    /// free).
-    fn forward(&mut self, now: Time, node: NodeId, victim: (BlockKey, u8), measured: bool) -> bool {
-        let mut delayed = true;
-        let mut work = vec![(node, victim, true)];
-        while let Some((at, (k, recirc), first)) = work.pop() {
-            let pick = self.rng.below(u64::MAX);
-            let Evicted::Forward { to, recirculations, .. } =
-                self.directory.evicted(at, k, recirc, false, pick, &self.members)
-            else {
-                continue;
-            };
-            if measured {
-                self.m.forwards += 1;
-            }
-            if first && !self.take_aux(now, at, self.p.costs.remote_copy()) {
-                delayed = false;
-                if measured {
-                    self.m.critical_forwards += 1;
-                }
-            }
-            if let Some(next) = self.caches[to as usize].insert(k, recirculations, false) {
-                if next.dirty {
-                    // The peer's own dirty block goes down in the background.
-                    self.submit(now, Job::Clean, self.p.costs.disk_write);
-                }
-                work.push((to, (next.key, next.recirculations), false));
-            }
-        }
-        delayed
-    }
-
-    /// Takes one of `node`'s auxiliary buffers for `busy` (a delayed
-    /// forward or clean); false if all are busy.
+    /// Takes one of `node`'s auxiliary buffers for a delayed forward
+    /// (busy for one remote copy); false if all are busy.
     fn take_aux(&mut self, now: Time, node: NodeId, busy: Span) -> bool {
         let heap = &mut self.aux[node as usize];
         while heap.peek().is_some_and(|t| t.0 <= now) {
@@ -893,7 +940,9 @@ mod tests {
     /// algorithms, a disk read with private caches.
     #[test]
     fn another_clients_block_is_a_remote_hit() {
-        let two = reads(&[vec![(0, 5)], vec![(1, 5)]], 1);
+        // Client 1 reads block 9 first (unmeasured), so client 0's read of
+        // block 5 has finished when client 1 reads it.
+        let two = reads(&[vec![(0, 5)], vec![(1, 9), (2, 5)]], 2);
         let run_ = |algo| {
             let mut p = Params::base(algo, 1);
             p.nodes = 4;
