@@ -16,9 +16,12 @@
 //!   [`catalogue`] parses their names.
 //! - [`cooperative`]: where a node finds a block another node's cache holds
 //!   and what becomes of a block it evicts (1996 PACA).
+//! - [`bypass`]: which requests go around a cache level (2003
+//!   discretionary caching): segment hints, runtime bypass, `harvest`.
 //! - [`ids`]: the names of files, nodes, processes, buffers and I/Os.
 
 pub mod block;
+pub mod bypass;
 pub mod cache;
 pub mod catalogue;
 pub mod consistency;
