@@ -18,7 +18,7 @@
 //! files, default 512).
 
 use anyhow::Result;
-use parcache_bench::BenchCluster;
+use parcache_bench::{distinct, BenchCluster};
 use parcache_client::Fs;
 use parcache_proto::Secret;
 use std::path::Path;
@@ -32,19 +32,6 @@ const POLICIES: [&str; 6] = ["pvfs", "seq-1", "seq-2", "for-1", "for-2", "rel-1"
 
 fn mbs(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs / 1e6
-}
-
-/// Distinct bytes: no two 16 KiB chunks of any file alike.
-fn distinct(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
 }
 
 struct Bench {

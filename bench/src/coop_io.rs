@@ -16,7 +16,7 @@
 //! Run: `cargo run --release -p parcache-bench --bin coop-io [-- MIB]`.
 
 use anyhow::Result;
-use parcache_bench::BenchCluster;
+use parcache_bench::{distinct, BenchCluster};
 use parcache_client::{Fs, NodeCacheConfig};
 use parcache_proto::{NodeStats, Secret};
 use std::sync::Arc;
@@ -28,18 +28,6 @@ const SMALL_MIB: u64 = 64;
 const SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
 /// The node cache's block (`NodeCacheConfig`'s default).
 const BLOCK: u64 = 64 << 10;
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
-}
 
 /// Drops the OS page cache (root only): the data servers' files are then
 /// read from disk. Returns whether it could.
@@ -88,7 +76,7 @@ async fn write_file(fs: &Fs, path: &str, mib: u64, seed: u64) -> Result<()> {
     fs.create(path, 0o644, true).await?;
     let a = fs.open(&fs.resolve(path).await?, true).await?;
     for k in 0..mib {
-        fs.write_at(&a, k * MIB, &pattern(seed + k, MIB as usize)).await?;
+        fs.write_at(&a, k * MIB, &distinct(seed + k, MIB as usize)).await?;
     }
     fs.close(&a, true).await?;
     Ok(())
@@ -102,7 +90,7 @@ async fn read_file(fs: &Fs, path: &str, mib: u64, seed: u64) -> Result<f64> {
     for k in 0..mib {
         let n = fs.read_into(&a, k * MIB, &mut buf).await?;
         anyhow::ensure!(
-            n == MIB as usize && buf == pattern(seed + k, MIB as usize),
+            n == MIB as usize && buf == distinct(seed + k, MIB as usize),
             "{path}: MiB {k} differs"
         );
     }

@@ -86,3 +86,18 @@ impl Drop for BenchCluster {
         let _ = self.stop.send(true);
     }
 }
+
+/// Distinct bytes for benchmark files: a xorshift stream from `seed`, so no
+/// two 16 KiB chunks of different seeds or offsets are alike (content-
+/// addressed stores cannot deduplicate them) and a read is checked cheaply.
+pub fn distinct(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}

@@ -212,6 +212,24 @@ impl Fs {
         kind == CooperativeKind::LruInterleaved && self.tier.joined()
     }
 
+    /// The bytes `offset..offset + len` of a file as runs of consecutive
+    /// blocks with one home: (home, start, end), in order.
+    fn runs_by_home(&self, handle: u64, offset: u64, len: u64) -> Vec<(u64, u64, u64)> {
+        let bs = self.cache.block_size as u64;
+        let members = self.tier.members(self.node);
+        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+        for p in split_blocks(offset, len, bs as u32) {
+            let start = p.index * bs + p.range.start as u64;
+            let end = p.index * bs + p.range.end as u64;
+            let home = lru_interleaved::home(BlockKey::new(handle, p.index), &members).unwrap_or(self.node);
+            match runs.last_mut() {
+                Some((h, _, e)) if *h == home && *e == start => *e = end,
+                _ => runs.push((home, start, end)),
+            }
+        }
+        runs
+    }
+
     /// `lru-interleaved` read: each block is read through its home's cache
     /// (1996 §3.2), the homes all at once; a home that does not answer is
     /// left out and its blocks read through this node. `size` and
@@ -226,18 +244,7 @@ impl Fs {
         version: u64,
     ) -> Result<()> {
         let bs = self.cache.block_size;
-        let members = self.tier.members(self.node);
-        // Runs of consecutive blocks with one home.
-        let mut runs: Vec<(u64, u64, u64)> = Vec::new(); // (home, start, end)
-        for p in split_blocks(offset, buf.len() as u64, bs) {
-            let start = p.index * bs as u64 + p.range.start as u64;
-            let end = p.index * bs as u64 + p.range.end as u64;
-            let home = lru_interleaved::home(BlockKey::new(handle, p.index), &members).unwrap_or(self.node);
-            match runs.last_mut() {
-                Some((h, _, e)) if *h == home && *e == start => *e = end,
-                _ => runs.push((home, start, end)),
-            }
-        }
+        let runs = self.runs_by_home(handle, offset, buf.len() as u64);
         let mut rest = &mut *buf;
         let mut parts = Vec::new();
         for &(home, start, end) in &runs {
@@ -284,18 +291,7 @@ impl Fs {
         size: u64,
         version: u64,
     ) -> Result<()> {
-        let bs = self.cache.block_size;
-        let members = self.tier.members(self.node);
-        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
-        for p in split_blocks(offset, data.len() as u64, bs) {
-            let start = p.index * bs as u64 + p.range.start as u64;
-            let end = p.index * bs as u64 + p.range.end as u64;
-            let home = lru_interleaved::home(BlockKey::new(handle, p.index), &members).unwrap_or(self.node);
-            match runs.last_mut() {
-                Some((h, _, e)) if *h == home && *e == start => *e = end,
-                _ => runs.push((home, start, end)),
-            }
-        }
+        let runs = self.runs_by_home(handle, offset, data.len() as u64);
         let parts = runs.iter().map(|&(home, start, end)| async move {
             let bytes = &data[(start - offset) as usize..(end - offset) as usize];
             if home != self.node {
