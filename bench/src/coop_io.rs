@@ -157,8 +157,7 @@ async fn large(b: &Bench, mib: u64) -> Result<()> {
             server_reads: after.server_reads - before.server_reads,
             remote_hits: after.remote_hits - before.remote_hits,
             forwards: after.forwards - before.forwards,
-            recirculations: 0,
-            served: 0,
+            ..NodeStats::default()
         };
         println!("| {mode} | {rb:.0} | {rc:.0} | {:.2} | {} |", rc / rb, sources(delta));
         c_rates.push(rc);

@@ -606,6 +606,38 @@ fn print_status(r: &StatusReport) -> Result<()> {
             n.stats.recirculations,
             n.stats.served
         )?;
+        let st = &n.stats;
+        let bypasses =
+            st.local_read_bypasses + st.local_write_bypasses + st.global_read_bypasses + st.global_write_bypasses;
+        if bypasses + st.global_hits + st.global_misses > 0 {
+            let hist: Vec<String> = st
+                .segment_counters
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, n)| match i {
+                    0 => format!("0:{n}"),
+                    11 => format!("1024+:{n}"),
+                    i => format!("{}-{}:{n}", 1u32 << (i - 1), (1u32 << i) - 1),
+                })
+                .collect();
+            outln!(
+                "        bypasses: local reads {}, local writes {}, global reads {}, global writes {}; \
+                 global cache: hits {}, misses {}, kept out by the runtime {}; segment counters {}",
+                st.local_read_bypasses,
+                st.local_write_bypasses,
+                st.global_read_bypasses,
+                st.global_write_bypasses,
+                st.global_hits,
+                st.global_misses,
+                st.global_kept_out,
+                if hist.is_empty() {
+                    "-".to_string()
+                } else {
+                    hist.join(" ")
+                }
+            )?;
+        }
     }
     Ok(())
 }

@@ -138,6 +138,75 @@ pub enum PolicyCommand {
     },
 }
 
+/// `parcache hint`: where a file's requests go (Vilayannur et al. 2003).
+#[derive(clap::Args)]
+pub struct HintArgs {
+    /// The cluster file or directory (pc:/path); a directory passes its
+    /// hints to files made in it.
+    path: String,
+    /// The bytes the hint is for, A-B (end exclusive; 64K, 1M …); without
+    /// it, the whole file (the coarse, file-level hint).
+    #[arg(long, value_name = "A-B")]
+    range: Option<String>,
+    /// Where reads go: local=on|off,global=on|off (either or both). `off`
+    /// goes around that cache: around the node's own cache, a read comes
+    /// from the global cache or the data servers without being kept here;
+    /// around the global cache (`cooperative=global`), from the data
+    /// servers.
+    #[arg(long, value_name = "LEVELS")]
+    read: Option<String>,
+    /// Where writes go: local=on|off,global=on|off. Around the node's own
+    /// cache, a write goes below before it returns.
+    #[arg(long, value_name = "LEVELS")]
+    write: Option<String>,
+    /// Remove every hint first (alone: just remove them).
+    #[arg(long)]
+    clear: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Adds (or clears) a file's bypass hints and prints all it has.
+pub fn hint(a: HintArgs) -> Result<()> {
+    let mut rules = String::new();
+    let range = match &a.range {
+        Some(r) => {
+            let (x, y) = parcache_core::bypass::hints::parse_range(r).context("--range")?;
+            format!("@{x}-{y}")
+        }
+        None => String::new(),
+    };
+    for (op, levels) in [("read", &a.read), ("write", &a.write)] {
+        if let Some(l) = levels {
+            if !rules.is_empty() {
+                rules.push(';');
+            }
+            rules.push_str(&format!("{op}{range}:{l}"));
+        }
+    }
+    if rules.is_empty() && !a.clear {
+        bail!("nothing to do: give --read LEVELS and/or --write LEVELS (e.g. --read global=off), or --clear");
+    }
+    if a.range.is_some() && rules.is_empty() {
+        bail!("--range needs --read or --write");
+    }
+    let rules: parcache_client::HintList = rules.parse().with_context(|| format!("{}: bad hint", a.path))?;
+    rt()?.block_on(async {
+        let fs = a.target.connect().await?;
+        let p = need_cluster(&a.path)?;
+        if a.clear {
+            fs.clear_hints(p).await?;
+        }
+        let all = if rules.is_empty() {
+            fs.hints(p).await?
+        } else {
+            fs.hint(p, &rules).await?
+        };
+        outln!("bypass={all}")?;
+        Ok(())
+    })
+}
+
 const PIECE: usize = 8 << 20;
 
 fn rt() -> Result<tokio::runtime::Runtime> {

@@ -65,6 +65,10 @@ enum Command {
     /// Set or show a file's or directory's policies.
     #[command(subcommand)]
     Policy(fs::PolicyCommand),
+    /// Say where a file's requests go: through or around the node's cache
+    /// and the global cache, per range, for reads and writes (discretionary
+    /// caching, Vilayannur et al. 2003).
+    Hint(fs::HintArgs),
     /// Mount the cluster as a FUSE file system (runs until unmounted).
     Mount(mount::MountArgs),
 }
@@ -87,6 +91,7 @@ fn main() {
         Command::Stat(a) => fs::stat(a),
         Command::Policy(c) => fs::policy(c),
         Command::Gc(a) => fs::gc(a),
+        Command::Hint(a) => fs::hint(a),
         Command::Mount(a) => mount::mount(a),
     };
     if let Err(e) = result {

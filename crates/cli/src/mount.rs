@@ -27,6 +27,11 @@ pub struct MountArgs {
     /// 64 KiB blocks).
     #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     cache_mib: u64,
+    /// MiB of this node's share of the global cache (files with
+    /// `cooperative=global`, 64 KiB blocks): blocks other nodes read
+    /// through it stay here for all.
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
+    global_mib: u64,
 }
 
 /// What is at a mount point.
@@ -186,6 +191,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let rt = crate::daemon::runtime()?;
     let cache = parcache_client::NodeCacheConfig {
         pool_bytes: a.cache_mib << 20,
+        global_bytes: a.global_mib << 20,
         ..Default::default()
     };
     let fs = rt.block_on(a.target.connect_with(cache))?;

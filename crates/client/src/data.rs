@@ -298,7 +298,7 @@ fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
     }
 }
 
-fn below_err(e: FsError) -> BelowError {
+pub(crate) fn below_err(e: FsError) -> BelowError {
     BelowError {
         errno: e.errno(),
         message: match e {

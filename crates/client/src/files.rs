@@ -66,6 +66,7 @@ impl Fs {
         let policies = FilePolicies::from_settings(settings);
         let pool = self.pool(&policies)?;
         self.data.place(a.handle, placement_of(a)?, a.size);
+        self.global.learn(a.handle, settings, self.cache.block_size);
         let st = FileState {
             policies,
             plugin: Arc::from(policies.consistency.build()),
@@ -208,6 +209,18 @@ impl Fs {
     /// another node changed are dropped). The prefetch policy starts here.
     pub async fn open(&self, a: &Attr, write: bool) -> Result<Attr> {
         let st = self.state(a).await?;
+        if st.file.opens == 0 && self.hints_may_change(a.handle, st.policies.cooperative) {
+            // Another node may have hinted it since this one learned it (a
+            // home learns files it serves): the first open here looks again.
+            let settings = match self
+                .md(&self.what(a.handle), Request::GetPolicy { handle: a.handle })
+                .await?
+            {
+                Response::Policies(p) => p,
+                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            };
+            self.global.learn(a.handle, &settings, self.cache.block_size);
+        }
         let mut a = a.clone();
         let mut cacheable = true;
         let now = self.now();
@@ -488,6 +501,7 @@ impl Fs {
         };
         let policies = FilePolicies::from_settings(&settings);
         let pool = self.pool(&policies)?;
+        self.global.learn(handle, &settings, self.cache.block_size);
         let now = self.now();
         let mut file = NodeFile::new(view(&a), now);
         file.opens = st.file.opens;
@@ -605,6 +619,9 @@ impl Fs {
             let (size, version) = self.file_now(a.handle).map_or((end, 0), |f| (f.size, f.version));
             self.interleaved_write(&st.pool, a.handle, offset, data, size, version)
                 .await?;
+        } else if st.file.cached && self.discretionary(a.handle, st.policies.cooperative) {
+            self.discretionary_write(&st.pool, a.handle, st.policies.cooperative, offset, data)
+                .await?;
         } else if st.file.cached {
             st.pool
                 .write(a.handle, offset, data)
@@ -674,6 +691,11 @@ impl Fs {
                 let next = end.div_ceil(bs) * bs;
                 self.interleaved_prefetch(&st, a.handle, next, (next + bs).min(size), version);
             }
+            return Ok(n);
+        }
+        if self.discretionary(a.handle, st.policies.cooperative) {
+            self.discretionary_read(&st.pool, a.handle, st.policies.cooperative, offset, &mut buf[..n])
+                .await?;
             return Ok(n);
         }
         st.pool

@@ -14,6 +14,7 @@
 mod cas;
 mod data;
 mod files;
+mod global;
 mod namespace;
 mod peer;
 pub mod policies;
@@ -25,6 +26,9 @@ pub use peer::DEFAULT_RETRIES;
 pub use policies::{FilePolicies, NodeCacheConfig};
 
 use files::FileState;
+pub use parcache_core::bypass::hints::{HintList, HintRule};
+pub use parcache_core::bypass::segments::Hint;
+pub use parcache_core::bypass::Op as HintOp;
 pub use parcache_core::consistency::KernelCache;
 use parcache_core::cooperative::CooperativeKind;
 use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, Time, WritePolicyKind};
@@ -116,6 +120,9 @@ pub struct Fs {
     cas: cas::Cas,
     /// The cooperative tier as this node sees it, and its counters.
     tier: tier::Tier,
+    /// Discretionary caching: hints, and this node's share of the global
+    /// cache.
+    global: global::Global,
     secret: Secret,
 }
 
@@ -158,6 +165,7 @@ impl Fs {
             Response::Error(e) => return Err(FsError::Protocol(format!("{mds_addr}: {}", e.message))),
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
+        let global_blocks = (cache.global_bytes / cache.block_size.max(1) as u64) as usize;
         Ok(Arc::new_cyclic(|me| Fs {
             mds: Arc::new(Peer::connected("metadata server".into(), mds, secret.clone())),
             data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
@@ -171,6 +179,7 @@ impl Fs {
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),
             tier: tier::Tier::default(),
+            global: global::Global::new(global_blocks),
             secret: secret.clone(),
         }))
     }

@@ -3,6 +3,7 @@
 //! settings of files and directories.
 
 use crate::{Fs, FsError, Result};
+use parcache_core::bypass::hints::HintList;
 use parcache_core::FilePolicies;
 use parcache_proto::{show_name, Attr, DirEntry, ErrorCode, FileKind, Request, Response, SetAttr, ROOT};
 
@@ -323,6 +324,10 @@ impl Fs {
             key: key.into(),
         };
         match self.md(&what, req).await? {
+            Response::Policies(p) if key == "bypass" => {
+                self.global.learn(handle, &p, self.cache.block_size);
+                Ok(p)
+            }
             Response::Policies(p) => {
                 self.forget_policies(handle).await?;
                 Ok(p)
@@ -340,12 +345,46 @@ impl Fs {
             value: value.into(),
         };
         match self.md(&what, req).await? {
+            // Hints change where requests go, not what the cache holds.
+            Response::Policies(p) if key == "bypass" => {
+                self.global.learn(handle, &p, self.cache.block_size);
+                Ok(p)
+            }
             Response::Policies(p) => {
                 self.forget_policies(handle).await?;
                 Ok(p)
             }
             other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
         }
+    }
+
+    /// Adds bypass hints to a file or directory (Vilayannur et al. 2003
+    /// §3: per segment, per operation and per level, whether requests go
+    /// through the node's cache and the global cache), after the ones it
+    /// has: where they overlap, these win. Returns all of its hints.
+    pub async fn hint(&self, path: &str, rules: &HintList) -> Result<HintList> {
+        let mut all = self.hints(path).await?;
+        all.extend(rules);
+        self.set_policy(path, "bypass", &all.to_string()).await?;
+        Ok(all)
+    }
+
+    /// A file's or directory's bypass hints (none: every request goes
+    /// through every cache).
+    pub async fn hints(&self, path: &str) -> Result<HintList> {
+        let set = self.get_policy(path).await?;
+        Ok(set
+            .iter()
+            .find(|(k, _)| k == "bypass")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_default())
+    }
+
+    /// Removes every bypass hint of a file or directory.
+    pub async fn clear_hints(&self, path: &str) -> Result<()> {
+        let a = self.resolve(path).await?;
+        self.unset_policy_handle(a.handle, "bypass").await?;
+        Ok(())
     }
 
     pub async fn get_policy_handle(&self, handle: u64) -> Result<Vec<(String, String)>> {

@@ -20,6 +20,9 @@ pub struct NodeCacheConfig {
     /// to one and written from there, so the request that needs its buffer
     /// does not wait (delayed clean, Cortes et al. 1996 §6.2).
     pub aux_buffers: usize,
+    /// Bytes of this node's share of the global cache (`cooperative=global`,
+    /// Vilayannur et al. 2003).
+    pub global_bytes: u64,
 }
 
 impl Default for NodeCacheConfig {
@@ -30,6 +33,7 @@ impl Default for NodeCacheConfig {
             lanes: 64,
             syncer: Span::from_secs(30),
             aux_buffers: 16,
+            global_bytes: 64 << 20,
         }
     }
 }

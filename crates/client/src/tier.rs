@@ -69,7 +69,7 @@ impl Tier {
 
     /// The members placement uses now: those listed, less the ones found
     /// down lately; always this node itself once it joined.
-    fn members(&self, me: u64) -> Members {
+    pub(crate) fn members(&self, me: u64) -> Members {
         let now = Instant::now();
         let mut down = self.down.lock();
         down.retain(|_, until| *until > now);
@@ -124,6 +124,7 @@ impl Fs {
         s.forwards = t.forwards.load(Ordering::Relaxed);
         s.recirculations = t.recirculations.load(Ordering::Relaxed);
         s.served = t.served.load(Ordering::Relaxed);
+        self.global.stats(&mut s);
         s
     }
 
@@ -194,7 +195,7 @@ impl Fs {
 
     /// Calls peer `node`; `None` if it is not reachable (it is then left
     /// out of placement).
-    async fn call_peer(&self, node: u64, req: &Request, data: &[u8]) -> Option<(Response, Bytes)> {
+    pub(crate) async fn call_peer(&self, node: u64, req: &Request, data: &[u8]) -> Option<(Response, Bytes)> {
         let peer = self.tier.peer(node, &self.secret)?;
         match peer.call(req, data).await {
             Ok(r) => Some(r),
@@ -506,6 +507,9 @@ impl Fs {
                 }
                 Ok((Response::Ok, Bytes::new()))
             }
+            req @ (Request::GlobalGet { .. } | Request::GlobalPut { .. } | Request::GlobalDrop { .. }) => {
+                self.serve_global(req, data).await
+            }
             other => Ok((
                 Response::error(ErrorCode::BadRequest, format!("a node does not answer {other:?}")),
                 Bytes::new(),
@@ -575,10 +579,23 @@ impl NodeBelow {
 
 impl Below for NodeBelow {
     async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> std::result::Result<(), BelowError> {
+        if let (CooperativeKind::Global { .. }, Some(fs)) = (self.kind, self.fs.upgrade()) {
+            let base = key.index * fs.cache.block_size as u64;
+            let calls = pieces
+                .iter()
+                .map(|(at, d)| fs.write_below(key.file, base + *at as u64, d, self.kind));
+            for r in join_all(calls).await {
+                r.map_err(crate::data::below_err)?;
+            }
+            return Ok(());
+        }
         Below::write(&*self.data, key, pieces).await
     }
 
     async fn fetch(&self, key: BlockKey) -> std::result::Result<Bytes, BelowError> {
+        if let (CooperativeKind::Global { .. }, Some(fs)) = (self.kind, self.fs.upgrade()) {
+            return fs.fetch_below(key, self.kind).await.map_err(crate::data::below_err);
+        }
         let fs = match (self.chances(), self.fs.upgrade()) {
             (Some(_), Some(fs)) if fs.tier.joined() => fs,
             _ => return Below::fetch(&*self.data, key).await,

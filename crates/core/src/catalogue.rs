@@ -12,13 +12,14 @@ use crate::replacement::ReplacementKind;
 use crate::write::WritePolicyKind;
 
 /// The policy keys a file or directory can carry.
-pub const POLICY_KEYS: [&str; 8] = [
+pub const POLICY_KEYS: [&str; 9] = [
     "write",
     "replacement",
     "prefetch",
     "consistency",
     "cooperative",
     "store",
+    "bypass",
     "stripe_unit",
     "stripe_width",
 ];
@@ -101,6 +102,7 @@ pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
         "consistency" => value.parse::<ConsistencyKind>()?.to_string(),
         "cooperative" => value.parse::<CooperativeKind>()?.to_string(),
         "store" => value.parse::<StoreKind>()?.to_string(),
+        "bypass" => value.parse::<crate::bypass::hints::HintList>()?.to_string(),
         "stripe_unit" => parse_size(value)
             .filter(|n| (512..=16 << 20).contains(n))
             .ok_or_else(|| bad(format!("'{value}' must be a size from 512 to 16M (e.g. 64K)")))?

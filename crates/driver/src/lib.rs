@@ -173,6 +173,14 @@ impl<B: Below> Driver<B> {
         Some(Bytes::copy_from_slice(st.mem(b, sh.block_size)))
     }
 
+    /// Whether the cache holds any of block `key` (clean or dirty, whole or
+    /// not) or is still writing its last copy down: a request that would go
+    /// around the cache must go through it then, or it would miss (or be
+    /// overtaken by) bytes only the cache has.
+    pub fn holds(&self, key: BlockKey) -> bool {
+        self.shared.lock().cache.has_say(key)
+    }
+
     /// Takes in a whole, clean block from outside (a peer's forwarded last
     /// copy) as most recently used; `false` if there was no room or the
     /// cache holds it already.
@@ -335,6 +343,30 @@ impl<B: Below> Driver<B> {
                 }
             }
             done.await;
+        }
+    }
+
+    /// Forgets block `key` if its copy is clean, once no access or I/O is
+    /// in progress on it (a fetch that began before a write went around
+    /// the cache would otherwise leave the old bytes here).
+    pub async fn discard_clean_block(&self, key: BlockKey) {
+        let sh = &*self.shared;
+        loop {
+            let mut done = pin!(sh.io_done.notified());
+            done.as_mut().enable();
+            {
+                let mut st = sh.lock();
+                let now = sh.now();
+                let gone = st.cache.discard_clean_block(now, key);
+                Shared::drive(&self.shared, &mut st);
+                if gone {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = done => {}
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
+            }
         }
     }
 

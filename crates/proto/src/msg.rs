@@ -376,6 +376,34 @@ pub enum Request {
         version: u64,
         recirculations: u8,
     },
+    /// To a node, `global` (2003 §3.2.2): block `index` through its share
+    /// of the global cache, fetched from the data servers on a miss;
+    /// `threshold` is the file's runtime bypass threshold (0: off). The
+    /// answer is [`Response::GlobalBlock`].
+    GlobalGet {
+        handle: Handle,
+        index: u64,
+        size: u64,
+        version: u64,
+        threshold: u32,
+    },
+    /// To a node, `global`: write the payload at `offset` through to the
+    /// data servers, keeping the new bytes in its share of the global cache
+    /// if it holds or admits the blocks.
+    GlobalPut {
+        handle: Handle,
+        offset: u64,
+        size: u64,
+        version: u64,
+        threshold: u32,
+    },
+    /// To a node, `global`: blocks `first..=last` were written around its
+    /// share of the global cache; it drops its copies.
+    GlobalDrop {
+        handle: Handle,
+        first: u64,
+        last: u64,
+    },
     /// Content-addressed store (`store=cas`, CAPFS 2005 §3.3). To a data
     /// server: store each piece of the payload (`lens` bytes each, in
     /// order) as a chunk under its blake3 hash; all are durable when it
@@ -452,6 +480,22 @@ pub struct NodeStats {
     pub recirculations: u64,
     /// Peer requests this node answered.
     pub served: u64,
+    /// Discretionary caching (2003): block requests that went around the
+    /// node's own cache, for reads and for writes.
+    pub local_read_bypasses: u64,
+    pub local_write_bypasses: u64,
+    /// Block requests that went around the global cache (hinted, or
+    /// decided by the runtime).
+    pub global_read_bypasses: u64,
+    pub global_write_bypasses: u64,
+    /// This node's share of the global cache: hits, misses, and misses the
+    /// runtime kept out.
+    pub global_hits: u64,
+    pub global_misses: u64,
+    pub global_kept_out: u64,
+    /// Segment counters of its share: how many segments have a counter in
+    /// 0, 1, 2–3, 4–7, … (the last bucket: 1024 and more).
+    pub segment_counters: [u64; 12],
 }
 
 /// A node as the metadata server knows it.
@@ -505,6 +549,13 @@ pub enum Response {
     /// Read data follows as payload; `len` may be short at end of file.
     Data {
         len: u64,
+    },
+    /// A block through the global cache follows as payload; `admitted`:
+    /// whether it is kept there (false: the runtime bypasses it, and the
+    /// asking node goes around from now on, 2003 §5).
+    GlobalBlock {
+        len: u64,
+        admitted: bool,
     },
     Written {
         len: u64,
@@ -690,6 +741,9 @@ impl Request {
                 | PeerFlush { .. }
                 | PeerReported { .. }
                 | PeerGet { .. }
+                | GlobalGet { .. }
+                | GlobalPut { .. }
+                | GlobalDrop { .. }
                 | Sync
                 | Stats
                 | Identity

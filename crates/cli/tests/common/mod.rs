@@ -181,3 +181,67 @@ impl Drop for Mounted {
         let _ = self.child.wait();
     }
 }
+
+/// A file's bytes: `seed` mixed with each 8-byte word's position, so a
+/// block read from the wrong place or version shows.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len / 8)
+        .flat_map(|i| ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed).to_le_bytes())
+        .collect()
+}
+
+/// The nodes as `status --format json` lists them: (mount point, stats).
+pub fn nodes(d: &str) -> Vec<(String, serde_json::Value)> {
+    let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
+    assert!(ok, "status: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap().to_string(), n["stats"].clone()))
+        .collect()
+}
+
+pub fn stat(nodes: &[(String, serde_json::Value)], m: &Mounted, key: &str) -> u64 {
+    let name = std::fs::canonicalize(&m.at).unwrap().display().to_string();
+    nodes
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, s)| s[key].as_u64().unwrap())
+}
+
+/// Waits (up to 20 s) until the nodes' reported counters satisfy `ok`;
+/// heartbeats carry them every 5 s.
+pub fn wait_for(
+    d: &str,
+    what: &str,
+    ok: impl Fn(&[(String, serde_json::Value)]) -> bool,
+) -> Vec<(String, serde_json::Value)> {
+    let t = Instant::now();
+    loop {
+        let n = nodes(d);
+        if ok(&n) {
+            return n;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{what}: never; nodes {n:#?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Three mounts with `extra` options; returns once each has heard of all
+/// three (a heartbeat after the last one joined).
+pub fn three_nodes(c: &Cluster, extra: &[&str]) -> (Mounted, Mounted, Mounted) {
+    let at = |n: &str| -> PathBuf { c.dir.parent().unwrap().join(format!("{}-{n}", c.dir.display())) };
+    let a = Mounted::with_args(&c.dir, at("a"), None, extra);
+    let b = Mounted::with_args(&c.dir, at("b"), None, extra);
+    let m = Mounted::with_args(&c.dir, at("c"), None, extra);
+    wait_for(c.d(), "three nodes listed", |n| n.len() == 3);
+    // Each node learns the members from its next heartbeat's answer.
+    std::thread::sleep(Duration::from_millis(5_500));
+    (a, b, m)
+}
+
+pub fn sum(n: &[(String, serde_json::Value)], key: &str) -> u64 {
+    n.iter().map(|(_, s)| s[key].as_u64().unwrap()).sum()
+}

@@ -2,6 +2,7 @@
 //! a cache rather than through it, because caching everything can lose to
 //! caching nothing. The decisions are per *segment* of `k` contiguous
 //! blocks (default 4, §3), per operation and per level:
+//! - [`hints`]: the rules a file carries (setting `bypass`), as text.
 //! - [`segments`]: the bits the application sets (a library call, `parcache
 //!   hint`, an xattr; a file-wide hint is the coarse form), §3.
 //! - [`runtime`]: the runtime's own decision from segment counters and a
@@ -11,6 +12,7 @@
 //!   (§5).
 
 pub mod harvest;
+pub mod hints;
 pub mod runtime;
 pub mod segments;
 

@@ -109,6 +109,15 @@ impl RuntimeBypass {
     /// `block` must be brought into the global cache: whether it goes in.
     /// Call after [`RuntimeBypass::accessed`] for the same access.
     pub fn admit(&mut self, block: BlockKey) -> Admit {
+        self.admit_at(block, self.threshold)
+    }
+
+    /// [`RuntimeBypass::admit`] with the threshold of the block's file (a
+    /// cache shared by files with different thresholds); 0 admits all.
+    pub fn admit_at(&mut self, block: BlockKey, threshold: u32) -> Admit {
+        if threshold == 0 {
+            return Admit::Cache;
+        }
         if let Some(&d) = self.decided.get(&block) {
             if d == Admit::Bypass {
                 self.bypasses += 1;
@@ -119,7 +128,7 @@ impl RuntimeBypass {
         if self.counters.get(block) <= 1 {
             return Admit::Cache;
         }
-        let d = if self.counters.get(block) > self.threshold {
+        let d = if self.counters.get(block) > threshold {
             Admit::Cache
         } else {
             self.bypasses += 1;

@@ -139,6 +139,11 @@ impl SegmentMap {
         }
     }
 
+    /// Whether the file has any hint (none: every request goes through).
+    pub fn hinted(&self, file: u64) -> bool {
+        self.files.contains_key(&file) || self.segments.get(&file).is_some_and(|s| !s.is_empty())
+    }
+
     /// Whether `op` on `block` passes through `level`.
     pub fn through(&self, block: BlockKey, op: Op, level: Level) -> bool {
         self.route(block, op).through(level)

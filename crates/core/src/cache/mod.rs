@@ -297,6 +297,13 @@ impl Cache {
     pub fn contains(&self, key: BlockKey) -> bool {
         self.table.contains_key(&key)
     }
+
+    /// Whether the cache has any say over `key`'s bytes: it holds the block,
+    /// or its last copy is still on its way down from an auxiliary buffer.
+    /// A request that goes around the cache must not overtake either.
+    pub fn has_say(&self, key: BlockKey) -> bool {
+        self.table.contains_key(&key) || self.detached_keys.contains(&key)
+    }
     /// The buffer holding every byte of `key`, clean and idle (what a
     /// peer may be given: bytes the data servers have too).
     pub fn resident(&self, key: BlockKey) -> Option<BufId> {
@@ -392,6 +399,13 @@ impl Cache {
                 self.waiting_on.push((proc, b));
                 return Ok(Begin::Blocked);
             }
+            // An older copy is on its way down from an auxiliary buffer: a
+            // fetch now could read the bytes from before it.
+            if needs_fetch && self.detached_keys.contains(&key) {
+                self.waiting_any.push_back(proc);
+                return Ok(Begin::Blocked);
+            }
+            let buf = &mut self.bufs[b.index()];
             match access {
                 Access::Read(r) if !buf.valid.covers(r) => {
                     self.stats.read_misses += 1;
@@ -420,6 +434,16 @@ impl Cache {
                 buf.pins += 1;
             }
             return Ok(Begin::Ready(b));
+        }
+        let fills = match access {
+            Access::Read(_) => true,
+            Access::Write(r) => self.cfg.fill_partial_writes && !(r.start == 0 && r.end == self.cfg.block_size),
+        };
+        if fills && self.detached_keys.contains(&key) {
+            // Its last copy is still on its way down (delayed clean): fetched
+            // now, the level below could answer with the bytes before it.
+            self.waiting_any.push_back(proc);
+            return Ok(Begin::Blocked);
         }
         let Some(b) = self.allocate(Some(proc), true) else {
             self.stats.stalls += 1;
@@ -616,6 +640,17 @@ impl Cache {
         busy
     }
 
+    /// Forgets block `key` if the cache's copy is clean (a write that went
+    /// around the cache made it stale, 2003 §3); a dirty copy holds newer
+    /// bytes and stays. Returns false if its buffer is in use (ask again).
+    pub fn discard_clean_block(&mut self, now: Time, key: BlockKey) -> bool {
+        match self.table.get(&key) {
+            Some(&b) if !self.bufs[b.index()].idle() => false,
+            Some(&b) if !self.bufs[b.index()].dirty.is_empty() => true,
+            _ => self.discard_block(now, key),
+        }
+    }
+
     /// Forgets block `key` (another node's write made it stale, 1996 §4's
     /// coherence): a dirty copy is dropped unwritten. Returns false if its
     /// buffer is in use (left alone).
@@ -681,7 +716,7 @@ impl Cache {
                 self.prefetch_queued.remove(&key);
                 continue;
             }
-            if !idle(key) {
+            if !idle(key) || self.detached_keys.contains(&key) {
                 i += 1;
                 continue;
             }

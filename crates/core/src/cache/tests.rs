@@ -326,6 +326,55 @@ fn delayed_clean_is_bounded_by_aux_buffers() {
     assert!(effects(&mut c).contains(&Effect::Resume { proc: 0 }));
 }
 
+/// A block whose last copy is on its way down from an auxiliary buffer is
+/// not fetched (nor prefetched) until that write lands: the level below
+/// would answer with the bytes from before it. Found by the 2003 bypass
+/// test on real servers, where a read after an eviction returned old bytes.
+#[test]
+fn a_block_written_from_an_aux_buffer_is_fetched_only_after_the_write_lands() {
+    let mut c = Cache::new(CacheConfig {
+        buffers: 2,
+        block_size: BS,
+        replacement: ReplacementKind::Lru,
+        write: W::WriteBack,
+        prefetch: PrefetchKind::None,
+        aux_buffers: 1,
+        syncer: None,
+        fill_partial_writes: false,
+    })
+    .unwrap();
+    write(&mut c, 1, 0, 0, r(0, BS));
+    write(&mut c, 2, 0, 1, r(0, BS));
+    write(&mut c, 3, 0, 2, r(0, BS));
+    let es = effects(&mut c);
+    assert!(matches!(&es[..], [Effect::Write { detached: true, key, .. }] if key.index == 0));
+    // A free buffer, so nothing but the write in flight stops a fetch.
+    assert!(c.discard_block(Time(4), k(1)));
+    assert!(c.has_say(k(0)) && !c.contains(k(0)));
+    assert_eq!(
+        c.begin(Time(5), 1, k(0), Access::Read(r(0, 10))).unwrap(),
+        Begin::Blocked
+    );
+    let es2 = effects(&mut c);
+    assert!(
+        !es2.iter().any(|e| matches!(e, Effect::Fetch { .. })),
+        "fetched too early: {es2:?}"
+    );
+    complete_writes(&mut c, 6, &es);
+    assert!(effects(&mut c).contains(&Effect::Resume { proc: 1 }));
+    assert!(!c.has_say(k(0)));
+    assert_eq!(
+        c.begin(Time(7), 1, k(0), Access::Read(r(0, 10))).unwrap(),
+        Begin::Blocked
+    );
+    let es3 = effects(&mut c);
+    assert!(
+        es3.iter()
+            .any(|e| matches!(e, Effect::Fetch { key, .. } if key.index == 0)),
+        "{es3:?}"
+    );
+}
+
 #[test]
 fn syncer_writes_everything_dirty_on_its_interval() {
     let mut c = Cache::new(CacheConfig {

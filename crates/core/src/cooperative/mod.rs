@@ -13,6 +13,7 @@
 //! - [`greedy`]: `n-chance` with `n = 0`: remote hits, no forwarding.
 //! - [`membership`]: which nodes are in the tier (heartbeats, silence).
 
+pub mod global;
 pub mod greedy;
 pub mod lru_interleaved;
 pub mod membership;
@@ -35,6 +36,10 @@ pub enum CooperativeKind {
     /// [`n_chance`] with `n` forwards of an unreferenced last copy
     /// (`n = 0` is [`greedy`]).
     NChance { n: u8 },
+    /// [`global`]: a private node cache with the hash-placed global cache
+    /// below it (2003); `threshold` > 0 turns on the runtime bypass and
+    /// `harvest` replacement there.
+    Global { threshold: u32 },
 }
 
 impl CooperativeKind {
@@ -42,8 +47,10 @@ impl CooperativeKind {
     pub const DEFAULT_N: u8 = 2;
     /// The most forwards a block may have without a reference.
     pub const MAX_N: u8 = 16;
+    /// The largest runtime bypass threshold accepted.
+    pub const MAX_THRESHOLD: u32 = 1 << 20;
 
-    const NAMES: [&'static str; 4] = ["none", "lru-interleaved", "n-chance", "greedy"];
+    const NAMES: [&'static str; 5] = ["none", "lru-interleaved", "n-chance", "greedy", "global"];
 }
 
 impl fmt::Display for CooperativeKind {
@@ -53,6 +60,8 @@ impl fmt::Display for CooperativeKind {
             CooperativeKind::LruInterleaved => f.write_str("lru-interleaved"),
             CooperativeKind::NChance { n: 0 } => f.write_str("greedy"),
             CooperativeKind::NChance { n } => write!(f, "n-chance(n={n})"),
+            CooperativeKind::Global { threshold: 0 } => f.write_str("global"),
+            CooperativeKind::Global { threshold } => write!(f, "global(threshold={threshold})"),
         }
     }
 }
@@ -61,7 +70,8 @@ impl FromStr for CooperativeKind {
     type Err = PolicyError;
 
     /// `none`, `lru-interleaved`, `greedy`, `n-chance` or `n-chance(n=K)`
-    /// with K from 0 to 16.
+    /// with K from 0 to 16, `global` or `global(threshold=T)` (the paper's
+    /// 20–50; 0 turns the runtime bypass off).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, params) = split_params(s)?;
         let name = find_named(&Self::NAMES, name, "cooperative", |n| n)?;
@@ -73,6 +83,7 @@ impl FromStr for CooperativeKind {
             "none" => CooperativeKind::None,
             "lru-interleaved" => CooperativeKind::LruInterleaved,
             "greedy" => CooperativeKind::NChance { n: 0 },
+            "global" => CooperativeKind::Global { threshold: 0 },
             _ => CooperativeKind::NChance { n: Self::DEFAULT_N },
         };
         for (k, v) in params {
@@ -83,6 +94,13 @@ impl FromStr for CooperativeKind {
                         .ok()
                         .filter(|&x| x <= Self::MAX_N)
                         .ok_or_else(|| bad(format!("n '{v}' must be from 0 to {}", Self::MAX_N)))?
+                }
+                (CooperativeKind::Global { threshold }, "threshold") => {
+                    *threshold = v
+                        .parse()
+                        .ok()
+                        .filter(|&x| x <= Self::MAX_THRESHOLD)
+                        .ok_or_else(|| bad(format!("threshold '{v}' must be from 0 to {}", Self::MAX_THRESHOLD)))?
                 }
                 _ => return Err(bad(format!("unknown parameter '{k}'"))),
             }
@@ -160,7 +178,15 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_bad_ones_are_named() {
-        for s in ["none", "lru-interleaved", "greedy", "n-chance(n=2)", "n-chance(n=5)"] {
+        for s in [
+            "none",
+            "lru-interleaved",
+            "greedy",
+            "n-chance(n=2)",
+            "n-chance(n=5)",
+            "global",
+            "global(threshold=20)",
+        ] {
             assert_eq!(s.parse::<CooperativeKind>().unwrap().to_string(), s);
         }
         assert_eq!(
@@ -178,6 +204,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown parameter 'n'"), "{e}");
+        assert_eq!(
+            "global(threshold=0)".parse::<CooperativeKind>().unwrap().to_string(),
+            "global"
+        );
+        let e = "global(threshold=-1)"
+            .parse::<CooperativeKind>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("threshold '-1'"), "{e}");
         let e = "xfs".parse::<CooperativeKind>().unwrap_err().to_string();
         assert!(e.contains("lru-interleaved") && e.contains("n-chance"), "{e}");
     }

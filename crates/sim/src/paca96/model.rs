@@ -608,7 +608,11 @@ impl Sim<'_> {
         };
         match self.p.algo {
             Algo::NoCache => VecDeque::from([Stage::Delay(msg), Stage::Disk(co.disk_read), Stage::Delay(r)]),
-            Algo::Cache(CooperativeKind::None) => VecDeque::from([access(node), Stage::Delay(l)]),
+            // The 2003 global cache is the vilayannur03 model's; here a
+            // node under it is only its private cache.
+            Algo::Cache(CooperativeKind::None | CooperativeKind::Global { .. }) => {
+                VecDeque::from([access(node), Stage::Delay(l)])
+            }
             Algo::Cache(CooperativeKind::LruInterleaved) => {
                 let home = lru_interleaved::home(k, &self.members).expect("members");
                 if home == node {
@@ -635,7 +639,9 @@ impl Sim<'_> {
         };
         match self.p.algo {
             Algo::NoCache => VecDeque::from([Stage::Delay(msg + r), Stage::Disk(co.disk_write)]),
-            Algo::Cache(CooperativeKind::None) => VecDeque::from([Stage::Delay(l), access(node)]),
+            Algo::Cache(CooperativeKind::None | CooperativeKind::Global { .. }) => {
+                VecDeque::from([Stage::Delay(l), access(node)])
+            }
             Algo::Cache(CooperativeKind::LruInterleaved) => {
                 let home = lru_interleaved::home(k, &self.members).expect("members");
                 let cost = if home == node { l } else { msg + r };
