@@ -146,6 +146,17 @@ impl Fs {
             .map_or((0, 0), |s| (s.file.size, s.file.version))
     }
 
+    /// This node's id in the tier (as `parcache status` lists it).
+    pub fn node_id(&self) -> u64 {
+        self.node
+    }
+
+    /// The node whose share of the global cache holds block `index` of a
+    /// file (its home, by hash over the members this node knows).
+    pub fn global_home_of(&self, handle: u64, index: u64) -> u64 {
+        self.global_home(BlockKey::new(handle, index))
+    }
+
     /// The home of a block in the global cache: its hash over the tier,
     /// this node if it is not in one.
     fn global_home(&self, key: BlockKey) -> u64 {

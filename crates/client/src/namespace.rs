@@ -380,10 +380,14 @@ impl Fs {
             .unwrap_or_default())
     }
 
-    /// Removes every bypass hint of a file or directory.
+    /// Removes every bypass hint set on a file or directory (none set:
+    /// nothing to do).
     pub async fn clear_hints(&self, path: &str) -> Result<()> {
         let a = self.resolve(path).await?;
-        self.unset_policy_handle(a.handle, "bypass").await?;
+        let set = self.get_policy_handle(a.handle).await?;
+        if set.iter().any(|(k, _)| k == "bypass") {
+            self.unset_policy_handle(a.handle, "bypass").await?;
+        }
         Ok(())
     }
 

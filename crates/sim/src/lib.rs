@@ -19,3 +19,4 @@ pub mod plot;
 pub mod resource;
 pub mod rng;
 pub mod scenario;
+pub mod vilayannur03;

@@ -221,3 +221,33 @@ fn paca96_sessions() {
         ],
     );
 }
+/// The 2003 discretionary caching scenarios: their golden numbers, and
+/// their checks met or missed exactly as docs/reproduction/vilayannur03.md
+/// reports (each run once).
+#[test]
+fn vilayannur03_problem() {
+    let out = golden_output("vilayannur03-problem");
+    missed_exactly(
+        "vilayannur03-problem",
+        &out,
+        &[
+            "file-level hints beat caching everything but still lose to caching nothing (Fig. 2a)",
+            "segment hints beat file hints (Fig. 2a)",
+            "with a 200 MB global cache caching everything beats caching nothing (Fig. 2b)",
+        ],
+    );
+}
+#[test]
+fn vilayannur03_cache() {
+    let out = golden_output("vilayannur03-cache");
+    missed_exactly("vilayannur03-cache", &out, &[]);
+}
+#[test]
+fn vilayannur03_runtime() {
+    let out = golden_output("vilayannur03-runtime");
+    missed_exactly(
+        "vilayannur03-runtime",
+        &out,
+        &["the benefit is largest for poor locality (Fig. 5: DB2, mining)"],
+    );
+}

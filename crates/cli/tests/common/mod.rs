@@ -153,7 +153,17 @@ impl Mounted {
     }
     /// Unmounts as a user would; the mount process pushes its dirty data and exits 0.
     pub fn unmount(mut self) {
-        let o = Command::new("fusermount3").arg("-u").arg(&self.at).output().unwrap();
+        // The kernel releases a file closed just now in the background: a
+        // user seeing "busy" tries again a moment later, and so does this.
+        let t = Instant::now();
+        let o = loop {
+            let o = Command::new("fusermount3").arg("-u").arg(&self.at).output().unwrap();
+            let busy = String::from_utf8_lossy(&o.stderr).contains("busy");
+            if o.status.success() || !busy || t.elapsed() > Duration::from_secs(5) {
+                break o;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         assert!(
             o.status.success(),
             "fusermount3 -u {}: {}",

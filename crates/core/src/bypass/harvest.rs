@@ -9,12 +9,16 @@
 
 use super::runtime::SegmentCounters;
 use crate::block::BlockKey;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
+/// The resident blocks in the order the harvester scans them. A block that
+/// leaves stays in the ring until the scan reaches it (its entry no longer
+/// matches), so leaving costs O(1) however big the cache.
 #[derive(Clone, Debug, Default)]
 pub struct Harvest {
-    ring: VecDeque<BlockKey>,
-    resident: HashSet<BlockKey>,
+    ring: VecDeque<(BlockKey, u64)>,
+    resident: HashMap<BlockKey, u64>,
+    next: u64,
 }
 
 impl Harvest {
@@ -27,35 +31,50 @@ impl Harvest {
     }
 
     pub fn contains(&self, key: BlockKey) -> bool {
-        self.resident.contains(&key)
+        self.resident.contains_key(&key)
     }
 
     /// `key` entered the global cache.
     pub fn inserted(&mut self, key: BlockKey) {
-        if self.resident.insert(key) {
-            self.ring.push_back(key);
+        if !self.resident.contains_key(&key) {
+            self.next += 1;
+            self.resident.insert(key, self.next);
+            self.ring.push_back((key, self.next));
+        }
+        // Stale entries would otherwise pile up under churn.
+        if self.ring.len() > 2 * self.resident.len() + 64 {
+            let live = &self.resident;
+            self.ring.retain(|(k, g)| live.get(k) == Some(g));
         }
     }
 
     /// `key` left the global cache (invalidated, or its file removed).
     pub fn removed(&mut self, key: BlockKey) {
-        if self.resident.remove(&key) {
-            self.ring.retain(|k| *k != key);
+        self.resident.remove(&key);
+    }
+
+    fn pop_live(&mut self) -> Option<BlockKey> {
+        while let Some((k, g)) = self.ring.pop_front() {
+            if self.resident.get(&k) == Some(&g) {
+                return Some(k);
+            }
         }
+        None
     }
 
     /// Picks and removes the block to replace.
     pub fn victim(&mut self, counters: &mut SegmentCounters, threshold: u32) -> Option<BlockKey> {
-        for _ in 0..self.ring.len() {
-            let k = self.ring.pop_front()?;
+        for _ in 0..self.resident.len() {
+            let k = self.pop_live()?;
             if counters.get(k) < threshold {
                 self.resident.remove(&k);
                 return Some(k);
             }
             counters.age(k);
-            self.ring.push_back(k);
+            let g = self.resident[&k];
+            self.ring.push_back((k, g));
         }
-        let k = self.ring.pop_front()?;
+        let k = self.pop_live()?;
         self.resident.remove(&k);
         Some(k)
     }

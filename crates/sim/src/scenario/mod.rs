@@ -8,6 +8,7 @@ pub mod consistency;
 pub mod kotz92;
 pub mod paca96;
 pub mod paca96_sessions;
+pub mod vilayannur03;
 
 use crate::plot::Panel;
 use serde::Serialize;
@@ -54,6 +55,7 @@ pub enum Rows {
     Consistency(Vec<consistency::Row>),
     Capfs(Vec<capfs05::Row>),
     Paca(Vec<paca96::Row>),
+    Vilayannur(Vec<vilayannur03::Row>),
 }
 
 /// What a scenario produced.
@@ -128,6 +130,7 @@ pub fn list() -> Vec<Scenario> {
     all.extend(capfs05::SCENARIOS);
     all.extend(paca96::SCENARIOS);
     all.extend(paca96_sessions::SCENARIOS);
+    all.extend(vilayannur03::SCENARIOS);
     all
 }
 
@@ -145,6 +148,7 @@ pub fn runs(name: &str) -> Result<usize, ScenarioError> {
         .or_else(|| capfs05::runs(name))
         .or_else(|| paca96::runs(name))
         .or_else(|| paca96_sessions::runs(name))
+        .or_else(|| vilayannur03::runs(name))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
 
@@ -155,6 +159,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Ou
         .or_else(|| capfs05::run(name, opts, done))
         .or_else(|| paca96::run(name, opts, done))
         .or_else(|| paca96_sessions::run(name, opts, done))
+        .or_else(|| vilayannur03::run(name, opts, done))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))?;
     let s = find(name)?;
     out.scenario = s.name.to_string();
