@@ -234,7 +234,21 @@ fn hints_from_the_command_line_and_the_xattr_take_effect_on_mounts() {
     assert!(!ok && err.contains("empty"), "{err}");
     let (ok, out, _) = parcache(&["hint", "--data", c.d(), "pc:/h"]);
     assert!(!ok, "nothing to do is an error: {out}");
-    a.unmount();
+
+    // kill -9 a home that holds blocks of k (c wrote them through it): b
+    // reads k's blocks from the data servers instead, every byte right.
+    let k = pattern(2 << 20, 4);
+    std::fs::write(m.p("k"), &k).unwrap();
+    let mut a = a;
+    a.child.kill().unwrap();
+    let _ = a.child.wait();
+    assert!(std::fs::read(b.p("k")).unwrap() == k, "b read k wrong after a home died");
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(&a.at)
+        .status();
+    drop(a);
     b.unmount();
     m.unmount();
 }
