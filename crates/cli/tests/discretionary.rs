@@ -242,7 +242,10 @@ fn hints_from_the_command_line_and_the_xattr_take_effect_on_mounts() {
     let mut a = a;
     a.child.kill().unwrap();
     let _ = a.child.wait();
-    assert!(std::fs::read(b.p("k")).unwrap() == k, "b read k wrong after a home died");
+    assert!(
+        std::fs::read(b.p("k")).unwrap() == k,
+        "b read k wrong after a home died"
+    );
     let _ = std::process::Command::new("fusermount3")
         .arg("-u")
         .arg("-z")
@@ -250,5 +253,73 @@ fn hints_from_the_command_line_and_the_xattr_take_effect_on_mounts() {
         .status();
     drop(a);
     b.unmount();
+    m.unmount();
+}
+
+#[test]
+fn sync_write_leaves_no_stale_copy_on_any_of_three_mounts() {
+    use std::os::unix::fs::FileExt;
+    let c = Cluster::up("disc-sync", 2);
+    let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/", "consistency=sync-write"]);
+    assert!(ok, "{err}");
+    let (a, b, m) = three_nodes(&c, &[]);
+    let mut want = pattern(1 << 20, 5);
+    std::fs::write(a.p("f"), &want).unwrap();
+    // Every node opens f and reads it whole: each caches every block, and
+    // keeps the file open (no open will revalidate anything).
+    let open = |at: &common::Mounted| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(at.p("f"))
+            .unwrap()
+    };
+    let files = [open(&a), open(&b), open(&m)];
+    let whole = |f: &std::fs::File| {
+        let mut buf = vec![0u8; 1 << 20];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        buf
+    };
+    for f in &files {
+        assert!(whole(f) == want);
+    }
+    // Each node in turn writes in place, inside a block and across two:
+    // when the write returns, the others read the new bytes.
+    for (round, (who, at, len)) in [(0, 70_000u64, 100usize), (1, 130_000, 5_000), (2, 1_000, 200_000)]
+        .into_iter()
+        .enumerate()
+    {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + round * 13) as u8).collect();
+        files[who].write_all_at(&bytes, at).unwrap();
+        want[at as usize..at as usize + len].copy_from_slice(&bytes);
+        for (i, f) in files.iter().enumerate() {
+            assert!(whole(f) == want, "round {round}: node {i} read a stale copy");
+        }
+    }
+    // kill -9 a node that caches every block: the next write waits for its
+    // answer until the callback deadline (10 s), then goes on without it.
+    let [fa, fb, fm] = files;
+    drop(fb);
+    let mut b = b;
+    b.child.kill().unwrap();
+    let _ = b.child.wait();
+    let t = std::time::Instant::now();
+    let bytes = vec![0xabu8; 3_000];
+    fm.write_all_at(&bytes, 300_000).unwrap();
+    want[300_000..303_000].copy_from_slice(&bytes);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "a write waited {:?} for a dead node",
+        t.elapsed()
+    );
+    assert!(whole(&fa) == want, "node a read a stale copy after b died");
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(&b.at)
+        .status();
+    drop(b);
+    drop((fa, fm));
+    a.unmount();
     m.unmount();
 }

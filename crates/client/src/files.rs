@@ -159,9 +159,51 @@ impl Fs {
                         }
                     }
                 }
+                Action::InvalidateOthers { first, last } => {
+                    let req = Request::SyncWritten {
+                        handle,
+                        node: self.node,
+                        first,
+                        last,
+                    };
+                    self.answer_callbacks();
+                    self.md(&self.what(handle), req).await?;
+                }
+                Action::DropBlocks { first, last } => self.drop_blocks(handle, first, last).await,
             }
         }
         Ok(())
+    }
+
+    /// Drops this node's clean copies of blocks `first..=last` of a file
+    /// (a block being fetched goes once the fetch ends).
+    pub(crate) async fn drop_blocks(&self, handle: u64, first: u64, last: u64) {
+        let Some(pool) = self.files.lock().get(&handle).map(|s| s.pool.clone()) else {
+            return;
+        };
+        for i in first..=last {
+            pool.discard_clean_block(parcache_core::BlockKey::new(handle, i)).await;
+        }
+    }
+
+    /// `sync-write`: tells the metadata server's block directory that this
+    /// node is about to cache block `index` (before fetching it, so a
+    /// write elsewhere in between calls this node back).
+    pub(crate) async fn hold_block(&self, handle: u64, index: u64) {
+        let tracks = self.files.lock().get(&handle).is_some_and(|s| s.plugin.tracks_blocks());
+        if !tracks {
+            return;
+        }
+        self.answer_callbacks();
+        let req = Request::SyncHolding {
+            handle,
+            node: self.node,
+            first: index,
+            last: index,
+        };
+        if let Err(e) = self.md(&self.what(handle), req).await {
+            tracing::warn!("{}: telling the block directory: {e}", self.what(handle));
+        }
     }
 
     /// A peer knows a newer version of the file than this node: the node
@@ -362,6 +404,9 @@ impl Fs {
                             parcache_proto::Callback::Recall => Callback::Recall,
                             parcache_proto::Callback::Disable => Callback::Disable,
                             parcache_proto::Callback::Invalidate => Callback::Invalidate,
+                            parcache_proto::Callback::DropBlocks { first, last } => {
+                                Callback::DropBlocks { first, last }
+                            }
                         };
                         if let Err(e) = fs.called_back(handle, core_cb).await {
                             tracing::warn!("callback {cb:?} for handle {handle}: {e}");
@@ -379,6 +424,12 @@ impl Fs {
             // Hashes only: no gate (a write here may be waiting for its own
             // commit, which waits for another node answering this one).
             self.cas.drop_hashes(handle);
+            return Ok(());
+        }
+        if let Callback::DropBlocks { first, last } = cb {
+            // No gate either: a sync-write here may be waiting for the
+            // writer elsewhere, which waits for this answer.
+            self.drop_blocks(handle, first, last).await;
             return Ok(());
         }
         let Some(st) = self.files.lock().get(&handle).cloned() else {
@@ -610,9 +661,11 @@ impl Fs {
             self.data.write(a.handle, offset, data).await?;
         }
         // Counted before cached bytes land, so a concurrent reader's clamp is right.
+        let bs = self.cache.block_size as u64;
         let acts = self.with_file(a.handle, |p, f| {
             let grew = end > f.size;
             f.wrote(end);
+            f.written_blocks = Some((offset / bs, (end - 1) / bs));
             p.post_write(f, now, grew)
         });
         if st.file.cached && self.interleaved(st.policies.cooperative) {

@@ -593,6 +593,9 @@ impl Below for NodeBelow {
     }
 
     async fn fetch(&self, key: BlockKey) -> std::result::Result<Bytes, BelowError> {
+        if let Some(fs) = self.fs.upgrade() {
+            fs.hold_block(key.file, key.index).await;
+        }
         if let (CooperativeKind::Global { .. }, Some(fs)) = (self.kind, self.fs.upgrade()) {
             return fs.fetch_below(key, self.kind).await.map_err(crate::data::below_err);
         }

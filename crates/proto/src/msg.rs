@@ -376,6 +376,23 @@ pub enum Request {
         version: u64,
         recirculations: u8,
     },
+    /// To the metadata server, `sync-write` (2003 §3.2.3): `node` is about
+    /// to cache blocks `first..=last` of the file (its block directory).
+    SyncHolding {
+        handle: Handle,
+        node: u64,
+        first: u64,
+        last: u64,
+    },
+    /// To the metadata server, `sync-write`: `node` wrote blocks
+    /// `first..=last` through to the data servers; answered once every
+    /// other node caching one of them dropped it.
+    SyncWritten {
+        handle: Handle,
+        node: u64,
+        first: u64,
+        last: u64,
+    },
     /// To a node, `global` (2003 §3.2.2): block `index` through its share
     /// of the global cache, fetched from the data servers on a miss;
     /// `threshold` is the file's runtime bypass threshold (0: off). The
@@ -634,6 +651,9 @@ pub enum Callback {
     Disable,
     /// Drop the file's cached chunk hashes (CAPFS coherent H-cache).
     Invalidate,
+    /// Drop cached blocks `first..=last`: another node wrote them through
+    /// (`sync-write`).
+    DropBlocks { first: u64, last: u64 },
 }
 
 /// What went wrong, as a POSIX-like code and a message that names the
@@ -744,6 +764,8 @@ impl Request {
                 | GlobalGet { .. }
                 | GlobalPut { .. }
                 | GlobalDrop { .. }
+                | SyncHolding { .. }
+                | SyncWritten { .. }
                 | Sync
                 | Stats
                 | Identity

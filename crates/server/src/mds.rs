@@ -1345,6 +1345,24 @@ impl Handler for MdsHandler {
                 self.2.hold(handle, node);
                 self.op(req).await
             }
+            Request::SyncHolding {
+                handle,
+                node,
+                first,
+                last,
+            } => {
+                self.2.hold_blocks(handle, node, first, last);
+                Response::Ok
+            }
+            Request::SyncWritten {
+                handle,
+                node,
+                first,
+                last,
+            } => {
+                self.2.sync_written(handle, node, first, last).await;
+                Response::Ok
+            }
             Request::Commit {
                 handle,
                 node,
@@ -1458,6 +1476,17 @@ impl Sprite {
         self.state.lock().hold(self.now(), node, handle);
     }
 
+    fn hold_blocks(&self, handle: Handle, node: u64, first: u64, last: u64) {
+        self.state.lock().hold_blocks(self.now(), node, handle, first, last);
+    }
+
+    /// A `sync-write`: returns once every other node caching one of the
+    /// blocks dropped it (or was given up on at the core's deadline).
+    async fn sync_written(&self, handle: Handle, node: u64, first: u64, last: u64) {
+        let o = self.state.lock().sync_written_at(self.now(), node, handle, first, last);
+        self.wait_for(handle, o).await;
+    }
+
     /// A coherent commit: returns once every other holder of the file's
     /// hashes dropped them (or was given up on at the core's deadline).
     async fn invalidate(&self, handle: Handle, node: u64) {
@@ -1473,6 +1502,7 @@ impl Sprite {
                         CoreCallback::Recall => Callback::Recall,
                         CoreCallback::Disable => Callback::Disable,
                         CoreCallback::Invalidate => Callback::Invalidate,
+                        CoreCallback::DropBlocks { first, last } => Callback::DropBlocks { first, last },
                     };
                     (q.id, q.file, cb)
                 })

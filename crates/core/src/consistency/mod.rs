@@ -39,6 +39,7 @@ pub mod seq_1;
 pub mod seq_2;
 pub mod session;
 pub mod sprite;
+pub mod sync_write;
 
 use crate::catalogue::{find_named, split_params};
 use crate::error::PolicyError;
@@ -64,6 +65,9 @@ pub enum ConsistencyKind {
     /// A CAPFS plug-in (Table 1's presets, or parameters set one by one);
     /// needs the file's `store=cas`.
     Capfs(capfs::CapfsParams),
+    /// [`sync_write`] (2003): writes through, other copies invalidated
+    /// block by block.
+    SyncWrite,
 }
 
 impl ConsistencyKind {
@@ -99,6 +103,7 @@ impl ConsistencyKind {
             ConsistencyKind::Posix => "posix",
             ConsistencyKind::None => "none",
             ConsistencyKind::Capfs(p) => p.preset().unwrap_or("capfs"),
+            ConsistencyKind::SyncWrite => "sync-write",
         }
     }
 
@@ -112,6 +117,7 @@ impl ConsistencyKind {
             ConsistencyKind::Posix => Box::new(posix::Posix),
             ConsistencyKind::None => Box::new(none::NoConsistency),
             ConsistencyKind::Capfs(p) => Box::new(capfs::Capfs(p)),
+            ConsistencyKind::SyncWrite => Box::new(sync_write::SyncWrite),
         }
     }
 }
@@ -143,6 +149,7 @@ impl FromStr for ConsistencyKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, params) = split_params(s)?;
         let mut all: Vec<ConsistencyKind> = ConsistencyKind::ALL.to_vec();
+        all.push(ConsistencyKind::SyncWrite);
         all.extend(
             capfs::CapfsParams::PRESETS
                 .iter()
@@ -235,6 +242,9 @@ pub struct NodeFile {
     /// Whether this node caches the file (off: reads and writes go to the
     /// data servers).
     pub cached: bool,
+    /// The blocks of the write in progress (set by the driver before
+    /// `post_write`; `sync-write` invalidates them elsewhere).
+    pub written_blocks: Option<(u64, u64)>,
 }
 
 impl NodeFile {
@@ -249,6 +259,7 @@ impl NodeFile {
             validated_at: now,
             opens: 0,
             cached: true,
+            written_blocks: None,
         }
     }
 
@@ -312,6 +323,9 @@ pub enum Callback {
     /// Drop the file's cached chunk hashes: another node committed new
     /// ones (CAPFS's coherent H-cache, 2005 §3.4).
     Invalidate,
+    /// Drop cached blocks `first..=last`: another node wrote them through
+    /// (`sync-write`, 2003 §3.2.3).
+    DropBlocks { first: u64, last: u64 },
 }
 
 /// What a plug-in asks its driver to do, in the order returned.
@@ -342,6 +356,12 @@ pub enum Action {
     /// Commit the chunks this node's writes stored but held back
     /// (`delay_commit`, 2005 §3.6 "Delayed commits").
     CommitDelayed,
+    /// Have the metadata server make every other node drop its copies of
+    /// blocks `first..=last` (the write just pushed them), and wait.
+    InvalidateOthers { first: u64, last: u64 },
+    /// Drop cached blocks `first..=last` (clean ones; a block being fetched
+    /// is dropped once the fetch ends).
+    DropBlocks { first: u64, last: u64 },
 }
 
 /// How the kernel above a mount may cache an open file's pages.
@@ -427,6 +447,12 @@ pub trait Consistency: fmt::Debug + Send + Sync {
     /// How the kernel above a mount may cache the file's pages.
     fn kernel_cache(&self) -> KernelCache {
         KernelCache::UntilOpen
+    }
+
+    /// Whether the node must tell the metadata server's block directory
+    /// which blocks it caches, before fetching them (`sync-write`).
+    fn tracks_blocks(&self) -> bool {
+        false
     }
 
     /// The CAPFS parameters, for a plug-in of content-addressed files.

@@ -68,6 +68,7 @@ impl Consistency for Sprite {
             Callback::Recall => vec![Action::PushDirty, Action::ReportSize],
             Callback::Disable => stop_caching(file),
             Callback::Invalidate => vec![Action::DropHashes],
+            Callback::DropBlocks { first, last } => vec![Action::DropBlocks { first, last }],
         }
     }
 
@@ -167,6 +168,8 @@ pub struct SpriteServer {
     outstanding: BTreeMap<u64, (NodeId, FileId, Time)>,
     /// Nodes keeping a file's chunk hashes in a coherent H-cache (CAPFS).
     holders: HashMap<FileId, std::collections::BTreeSet<NodeId>>,
+    /// Which nodes cache which blocks of `sync-write` files (2003).
+    blocks: super::sync_write::BlockDirectory,
     next_id: u64,
 }
 
@@ -291,6 +294,28 @@ impl SpriteServer {
         o
     }
 
+    /// `node` is about to cache blocks `first..=last` of a `sync-write`
+    /// file.
+    pub fn hold_blocks(&mut self, now: Time, node: NodeId, file: FileId, first: u64, last: u64) {
+        self.links.entry(node).or_default().last_seen = Some(now);
+        self.blocks.hold(node, file, first, last);
+    }
+
+    /// `node` wrote blocks `first..=last` of a `sync-write` file through
+    /// to the data servers: every other node caching one of them is sent
+    /// `DropBlocks`; the write is complete when none of `wait` is waiting.
+    pub fn sync_written_at(&mut self, now: Time, node: NodeId, file: FileId, first: u64, last: u64) -> Opening {
+        let mut o = Opening {
+            wait: vec![],
+            notify: vec![],
+            gone: vec![],
+        };
+        for n in self.blocks.written(node, file, first, last) {
+            self.call_back(now, n, file, Callback::DropBlocks { first, last }, &mut o);
+        }
+        o
+    }
+
     /// `node` asks for its callbacks: those queued, or `None` when there
     /// are none (the driver waits for a notification, then calls
     /// [`SpriteServer::poll_ended`]).
@@ -352,6 +377,7 @@ impl SpriteServer {
         for h in self.holders.values_mut() {
             h.remove(&node);
         }
+        self.blocks.node_gone(node);
         self.outstanding.retain(|_, (n, _, _)| *n != node);
         self.node_gone(node);
     }

@@ -493,8 +493,10 @@ impl Model {
                 node.waiting = Some(Waiting::All);
                 self.send(n, Msg::ReadAll);
             }
-            // No chunk hashes in this model (block store only).
+            // No chunk hashes in this model (block store only), and no
+            // block directory (`sync-write` is not among its plug-ins).
             Action::DropHashes | Action::CommitDelayed => {}
+            Action::InvalidateOthers { .. } | Action::DropBlocks { .. } => {}
         }
     }
 
