@@ -78,13 +78,14 @@ impl ConsistencyKind {
     };
 
     /// Every plug-in for the block store, with default parameters.
-    pub const ALL: [ConsistencyKind; 6] = [
+    pub const ALL: [ConsistencyKind; 7] = [
         ConsistencyKind::CloseToOpen,
         ConsistencyKind::Sprite,
         ConsistencyKind::NFS_DEFAULT,
         ConsistencyKind::Session,
         ConsistencyKind::Posix,
         ConsistencyKind::None,
+        ConsistencyKind::SyncWrite,
     ];
 
     /// Whether the plug-in works on content-addressed files (`store=cas`)
@@ -149,7 +150,6 @@ impl FromStr for ConsistencyKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, params) = split_params(s)?;
         let mut all: Vec<ConsistencyKind> = ConsistencyKind::ALL.to_vec();
-        all.push(ConsistencyKind::SyncWrite);
         all.extend(
             capfs::CapfsParams::PRESETS
                 .iter()

@@ -38,12 +38,11 @@ pub fn promises(kind: ConsistencyKind) -> &'static [Promise] {
         ConsistencyKind::CloseToOpen | ConsistencyKind::Nfs { .. } | ConsistencyKind::Session => {
             &[Promise::CloseToOpen]
         }
-        ConsistencyKind::Sprite | ConsistencyKind::Posix => &[Promise::CloseToOpen, Promise::ReadAfterWrite],
+        ConsistencyKind::Sprite | ConsistencyKind::Posix | ConsistencyKind::SyncWrite => {
+            &[Promise::CloseToOpen, Promise::ReadAfterWrite]
+        }
         // Modelled in `capfs05` (content-addressed), not in this model.
         ConsistencyKind::None | ConsistencyKind::Capfs(_) => &[],
-        // Its block directory is not in this model (yet): the real system's
-        // three-mount test checks it.
-        ConsistencyKind::SyncWrite => &[],
     }
 }
 

@@ -81,9 +81,14 @@ enum Msg {
     Report {
         size: u64,
     },
-    Read(u64),
+    /// A block; `hold`: the node will cache it (`sync-write`'s directory
+    /// learns that with the read, before any later write).
+    Read(u64, bool),
     Write(u64, u64),
     ReadAll,
+    /// `sync-write`: the node wrote these blocks through; answered once
+    /// every other node caching one dropped it.
+    SyncWritten(u64, u64),
     /// A callback done: what it pushed, and a size report if one was due.
     CalledBack {
         id: u64,
@@ -161,8 +166,9 @@ struct Server {
     next_seq: u64,
     applied: HashMap<u64, u64>,
     sprite: SpriteServer,
-    /// Opens waiting for callbacks: node, callbacks.
-    pending: Vec<(usize, Vec<u64>)>,
+    /// Opens (true) and sync-writes (false) waiting for callbacks: node,
+    /// callbacks, which.
+    pending: Vec<(usize, Vec<u64>, bool)>,
 }
 
 impl Server {
@@ -400,8 +406,9 @@ impl Model {
                     }
                 }
                 let cache = node.file.cached;
+                let hold = cache && node.plugin.tracks_blocks();
                 node.waiting = Some(Waiting::Value { block: b, cache });
-                self.send(n, Msg::Read(b));
+                self.send(n, Msg::Read(b, hold));
             }
             Step::Write(b) => {
                 start(node, OpKind::Write, b);
@@ -411,6 +418,7 @@ impl Model {
                 node.op.as_mut().expect("a write").value = v;
                 let end = (b + 1) * BLOCK;
                 let grew = end > node.file.size;
+                node.file.written_blocks = Some((b, b));
                 if node.file.cached {
                     node.dirty.insert(b, v);
                     node.cache.insert(b, v);
@@ -493,10 +501,13 @@ impl Model {
                 node.waiting = Some(Waiting::All);
                 self.send(n, Msg::ReadAll);
             }
-            // No chunk hashes in this model (block store only), and no
-            // block directory (`sync-write` is not among its plug-ins).
+            // No chunk hashes in this model (block store only).
             Action::DropHashes | Action::CommitDelayed => {}
-            Action::InvalidateOthers { .. } | Action::DropBlocks { .. } => {}
+            Action::InvalidateOthers { first, last } => {
+                node.waiting = Some(Waiting::Done);
+                self.send(n, Msg::SyncWritten(first, last));
+            }
+            Action::DropBlocks { first, last } => drop_clean(node, first, last),
         }
     }
 
@@ -511,20 +522,22 @@ impl Model {
             }
             Msg::Open { write } => {
                 let o = s.sprite.open_at(now, n as u64, FILE, write);
-                for &to in &o.notify {
-                    let q = s.sprite.poll_ended(now, to);
-                    s.sprite.poll(now, to);
-                    for c in q {
-                        self.out.messages += 1;
-                        self.k.after(self.p.latency, Ev::CallbackAt(to as usize, c.id, c.cb));
-                    }
-                }
+                self.deliver(now, &o.notify);
                 if o.wait.is_empty() {
                     let v = self.server.view();
                     let c = self.server.sprite.may_cache(FILE);
                     self.reply(n, Reply::Opened(v, c));
                 } else {
-                    self.server.pending.push((n, o.wait));
+                    self.server.pending.push((n, o.wait, true));
+                }
+            }
+            Msg::SyncWritten(first, last) => {
+                let o = s.sprite.sync_written_at(now, n as u64, FILE, first, last);
+                self.deliver(now, &o.notify);
+                if o.wait.is_empty() {
+                    self.reply(n, Reply::Ok);
+                } else {
+                    self.server.pending.push((n, o.wait, false));
                 }
             }
             Msg::Close { write } => {
@@ -541,7 +554,10 @@ impl Model {
                 let v = s.report(size);
                 self.reply(n, Reply::View(v));
             }
-            Msg::Read(b) => {
+            Msg::Read(b, hold) => {
+                if hold {
+                    s.sprite.hold_blocks(now, n as u64, FILE, b, b);
+                }
                 let v = s.blocks.get(&b).copied().unwrap_or(0);
                 self.reply(n, Reply::Value(v));
             }
@@ -563,19 +579,36 @@ impl Model {
                     self.k.after(self.p.latency, Ev::CallbackReported(n, upto, v));
                 }
                 self.server.sprite.answered(n as u64, id);
-                let ready: Vec<usize> = {
+                let ready: Vec<(usize, bool)> = {
                     let sp = &self.server.sprite;
                     let (done, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.server.pending)
                         .into_iter()
-                        .partition(|(_, ids)| !sp.waiting(ids));
+                        .partition(|(_, ids, _)| !sp.waiting(ids));
                     self.server.pending = wait;
-                    done.into_iter().map(|(o, _)| o).collect()
+                    done.into_iter().map(|(o, _, open)| (o, open)).collect()
                 };
-                for o in ready {
-                    let v = self.server.view();
-                    let c = self.server.sprite.may_cache(FILE);
-                    self.reply(o, Reply::Opened(v, c));
+                for (o, open) in ready {
+                    if open {
+                        let v = self.server.view();
+                        let c = self.server.sprite.may_cache(FILE);
+                        self.reply(o, Reply::Opened(v, c));
+                    } else {
+                        self.reply(o, Reply::Ok);
+                    }
                 }
+            }
+        }
+    }
+
+    /// Sends the callbacks queued for each of `to` (each node keeps a poll
+    /// outstanding).
+    fn deliver(&mut self, now: Time, to: &[u64]) {
+        for &to in to {
+            let q = self.server.sprite.poll_ended(now, to);
+            self.server.sprite.poll(now, to);
+            for c in q {
+                self.out.messages += 1;
+                self.k.after(self.p.latency, Ev::CallbackAt(to as usize, c.id, c.cb));
             }
         }
     }
@@ -642,11 +675,20 @@ impl Model {
                     node.dirty.clear();
                 }
                 Action::ReportSize if node.file.unreported() => report = Some((node.file.writes, node.file.size)),
+                Action::DropBlocks { first, last } => drop_clean(node, first, last),
                 _ => {}
             }
         }
         self.send(n, Msg::CalledBack { id, pushed, report });
     }
+}
+
+/// Drops a node's clean cached copies of blocks `first..=last` (a dirty
+/// one holds newer bytes of its own).
+fn drop_clean(node: &mut Node, first: u64, last: u64) {
+    let dirty = &node.dirty;
+    node.cache
+        .retain(|b, _| !(first..=last).contains(b) || dirty.contains_key(b));
 }
 
 #[cfg(test)]
