@@ -110,9 +110,12 @@ pub fn gc(a: GcArgs) -> Result<()> {
 #[derive(Subcommand)]
 pub enum PolicyCommand {
     /// Set a file's or directory's policies (directories pass them to new files):
-    /// write=…, replacement=…, prefetch=…, consistency=…, store=blocks|cas,
-    /// stripe_unit=64K, stripe_width=N. Content-addressed files (store=cas,
-    /// set before consistency) take consistency=seq-1|seq-2|for-1|for-2|rel-1.
+    /// write=…, replacement=…, prefetch=…, consistency=… (close-to-open, sprite,
+    /// nfs, session, posix, none, sync-write), cooperative=… (none,
+    /// lru-interleaved, n-chance, greedy, global, global(threshold=20)),
+    /// bypass=RULES (see `parcache hint`), store=blocks|cas, stripe_unit=64K,
+    /// stripe_width=N. Content-addressed files (store=cas, set before
+    /// consistency) take consistency=seq-1|seq-2|for-1|for-2|rel-1.
     Set {
         path: String,
         #[arg(required = true, value_name = "KEY=VALUE")]
