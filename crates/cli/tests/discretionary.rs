@@ -240,17 +240,11 @@ fn hints_from_the_command_line_and_the_xattr_take_effect_on_mounts() {
     let k = pattern(2 << 20, 4);
     std::fs::write(m.p("k"), &k).unwrap();
     let mut a = a;
-    a.child.kill().unwrap();
-    let _ = a.child.wait();
+    a.kill9();
     assert!(
         std::fs::read(b.p("k")).unwrap() == k,
         "b read k wrong after a home died"
     );
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg("-z")
-        .arg(&a.at)
-        .status();
     drop(a);
     b.unmount();
     m.unmount();
@@ -301,8 +295,7 @@ fn sync_write_leaves_no_stale_copy_on_any_of_three_mounts() {
     let [fa, fb, fm] = files;
     drop(fb);
     let mut b = b;
-    b.child.kill().unwrap();
-    let _ = b.child.wait();
+    b.kill9();
     let t = std::time::Instant::now();
     let bytes = vec![0xabu8; 3_000];
     fm.write_all_at(&bytes, 300_000).unwrap();
@@ -313,11 +306,6 @@ fn sync_write_leaves_no_stale_copy_on_any_of_three_mounts() {
         t.elapsed()
     );
     assert!(whole(&fa) == want, "node a read a stale copy after b died");
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg("-z")
-        .arg(&b.at)
-        .status();
     drop(b);
     drop((fa, fm));
     a.unmount();

@@ -350,30 +350,28 @@ impl<B: Below> Driver<B> {
     /// in progress on it (a fetch that began before a write went around
     /// the cache would otherwise leave the old bytes here).
     pub async fn discard_clean_block(&self, key: BlockKey) {
-        let sh = &*self.shared;
-        loop {
-            let mut done = pin!(sh.io_done.notified());
-            done.as_mut().enable();
-            {
-                let mut st = sh.lock();
-                let now = sh.now();
-                let gone = st.cache.discard_clean_block(now, key);
-                Shared::drive(&self.shared, &mut st);
-                if gone {
-                    return;
-                }
-            }
-            tokio::select! {
-                _ = done => {}
-                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
-            }
-        }
+        self.retry_until_idle(|st, now| st.cache.discard_clean_block(now, key))
+            .await
     }
 
     /// Forgets the blocks of `file` from block `from_block` on, dirty ones
     /// unwritten (the file was removed or cut). Waits for accesses and I/O
     /// in progress on them to end first.
     pub async fn discard_file(&self, file: FileId, from_block: u64) {
+        self.retry_until_idle(|st, now| {
+            let busy = st.cache.discard_file(now, file, from_block);
+            if from_block == 0 {
+                st.file_errors.remove(&file);
+            }
+            busy == 0
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it says it is done, waiting between tries for
+    /// an I/O to end (busy buffers finish an access or an I/O soon; a
+    /// gentle poll covers an access that ends without I/O).
+    async fn retry_until_idle(&self, mut attempt: impl FnMut(&mut State, Time) -> bool) {
         let sh = &*self.shared;
         loop {
             let mut done = pin!(sh.io_done.notified());
@@ -381,16 +379,12 @@ impl<B: Below> Driver<B> {
             {
                 let mut st = sh.lock();
                 let now = sh.now();
-                let busy = st.cache.discard_file(now, file, from_block);
-                if from_block == 0 {
-                    st.file_errors.remove(&file);
-                }
+                let ok = attempt(&mut st, now);
                 Shared::drive(&self.shared, &mut st);
-                if busy == 0 {
+                if ok {
                     return;
                 }
             }
-            // Busy buffers finish an access or an I/O soon; poll gently.
             tokio::select! {
                 _ = done => {}
                 _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}

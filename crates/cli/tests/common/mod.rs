@@ -182,6 +182,16 @@ impl Mounted {
     }
 }
 
+impl Mounted {
+    /// kill -9 of the mount process, then its dead mount is detached
+    /// (`fusermount3 -u -z`), as `parcache status` tells a user to.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        let _ = self.child.wait();
+        let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.at).status();
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         if mounted(&self.at) {
