@@ -30,6 +30,15 @@ fn r(a: u32, b: u32) -> ByteRange {
     ByteRange::new(a, b)
 }
 
+/// Two buffers, write-back, one auxiliary buffer for delayed clean.
+fn write_back_with_one_aux_buffer() -> Cache {
+    Cache::new(CacheConfig {
+        aux_buffers: 1,
+        ..cache(2, ReplacementKind::Lru, W::WriteBack).config().clone()
+    })
+    .unwrap()
+}
+
 /// Writes `range` of block `i` as process `p`; panics if it blocks.
 fn write(c: &mut Cache, t: u64, p: ProcId, i: u64, range: ByteRange) {
     match c.begin(Time(t), p, k(i), Access::Write(range)).unwrap() {
@@ -297,17 +306,7 @@ fn lru_writeback_writes_one_block_per_arrival() {
 /// requester proceeds at once; the number of aux buffers bounds it.
 #[test]
 fn delayed_clean_is_bounded_by_aux_buffers() {
-    let mut c = Cache::new(CacheConfig {
-        buffers: 2,
-        block_size: BS,
-        replacement: ReplacementKind::Lru,
-        write: W::WriteBack,
-        prefetch: PrefetchKind::None,
-        aux_buffers: 1,
-        syncer: None,
-        fill_partial_writes: false,
-    })
-    .unwrap();
+    let mut c = write_back_with_one_aux_buffer();
     write(&mut c, 1, 0, 0, r(0, BS));
     write(&mut c, 2, 0, 1, r(0, BS));
     write(&mut c, 3, 0, 2, r(0, BS));
@@ -332,17 +331,7 @@ fn delayed_clean_is_bounded_by_aux_buffers() {
 /// test on real servers, where a read after an eviction returned old bytes.
 #[test]
 fn a_block_written_from_an_aux_buffer_is_fetched_only_after_the_write_lands() {
-    let mut c = Cache::new(CacheConfig {
-        buffers: 2,
-        block_size: BS,
-        replacement: ReplacementKind::Lru,
-        write: W::WriteBack,
-        prefetch: PrefetchKind::None,
-        aux_buffers: 1,
-        syncer: None,
-        fill_partial_writes: false,
-    })
-    .unwrap();
+    let mut c = write_back_with_one_aux_buffer();
     write(&mut c, 1, 0, 0, r(0, BS));
     write(&mut c, 2, 0, 1, r(0, BS));
     write(&mut c, 3, 0, 2, r(0, BS));

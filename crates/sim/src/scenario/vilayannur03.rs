@@ -7,7 +7,7 @@
 use super::{Check, Output, Rows, RunOptions, Scenario};
 use crate::plot::{Panel, Series};
 use crate::vilayannur03::costs::Costs;
-use crate::vilayannur03::model::{run as run_model, Params, Scheme};
+use crate::vilayannur03::model::{run as run_model, Measured, Params, Scheme};
 use crate::vilayannur03::workload::{generate, Kernel, Order};
 use serde::Serialize;
 
@@ -60,12 +60,8 @@ pub struct Row {
     pub n: u64,
     pub global_mib: usize,
     pub scheme: String,
-    pub seconds: f64,
-    pub local_hits: u64,
-    pub global_hits: u64,
-    pub global_misses: u64,
-    pub direct: u64,
-    pub kept_out: u64,
+    #[serde(flatten)]
+    pub m: Measured,
 }
 
 fn plan(name: &str) -> Option<Vec<(Kernel, u64, usize, Scheme)>> {
@@ -108,18 +104,12 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
                 global_blocks: g * 256,
                 costs: Costs::paper(),
             };
-            let m = run_model(&p, &w);
             Row {
                 kernel: k.to_string(),
                 n,
                 global_mib: g,
                 scheme: s.to_string(),
-                seconds: m.seconds,
-                local_hits: m.local_hits,
-                global_hits: m.global_hits,
-                global_misses: m.global_misses,
-                direct: m.direct,
-                kept_out: m.kept_out,
+                m: run_model(&p, &w),
             }
         },
         done,
@@ -135,12 +125,12 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
             r.n,
             r.global_mib,
             r.scheme,
-            r.seconds,
-            r.local_hits,
-            r.global_hits,
-            r.global_misses,
-            r.direct,
-            r.kept_out
+            r.m.seconds,
+            r.m.local_hits,
+            r.m.global_hits,
+            r.m.global_misses,
+            r.m.direct,
+            r.m.kept_out
         ));
     }
     let series = |label: String, pick: &dyn Fn(&Row) -> Option<(f64, f64)>| Series {
@@ -156,7 +146,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
             .map(|s| {
                 let (s, k) = (s.to_string(), kernel.clone());
                 series(s.clone(), &|r: &Row| {
-                    (r.scheme == s && r.kernel == k && r.global_mib == g).then_some((r.n as f64, r.seconds))
+                    (r.scheme == s && r.kernel == k && r.global_mib == g).then_some((r.n as f64, r.m.seconds))
                 })
             })
             .collect(),
@@ -180,7 +170,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
                     .map(|s| {
                         let s = s.to_string();
                         series(s.clone(), &|r: &Row| {
-                            (r.scheme == s).then_some(((r.global_mib as f64).log2(), r.seconds))
+                            (r.scheme == s).then_some(((r.global_mib as f64).log2(), r.m.seconds))
                         })
                     })
                     .collect(),
@@ -213,7 +203,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Option<Ou
 fn secs(rows: &[Row], kernel: &str, n: u64, g: usize, scheme: &str) -> f64 {
     rows.iter()
         .find(|r| r.kernel == kernel && r.n == n && r.global_mib == g && r.scheme == scheme)
-        .map_or(f64::NAN, |r| r.seconds)
+        .map_or(f64::NAN, |r| r.m.seconds)
 }
 
 fn problem_checks(rows: &[Row]) -> Vec<Check> {
