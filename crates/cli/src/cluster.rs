@@ -546,7 +546,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
 
 fn print_status(r: &StatusReport) -> Result<()> {
     outln!(
-        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  policy",
+        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9}  policy",
         "server",
         "address",
         "state",
@@ -556,12 +556,14 @@ fn print_status(r: &StatusReport) -> Result<()> {
         "hits",
         "dirty",
         "immediate",
-        "misses"
+        "misses",
+        "written",
+        "absorbed"
     )?;
     for row in &r.servers {
         match &row.stats {
             Some(s) => outln!(
-                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  {}",
+                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9}  {}",
                 row.name,
                 row.address,
                 "up",
@@ -572,6 +574,8 @@ fn print_status(r: &StatusReport) -> Result<()> {
                 s.dirty_blocks,
                 s.immediate_writes,
                 s.read_misses,
+                s.writes_down,
+                s.overwrites,
                 s.role
             )?,
             None => outln!("{:<7} {:<16} {:>5}", row.name, row.address, "DOWN")?,
@@ -636,6 +640,24 @@ fn print_status(r: &StatusReport) -> Result<()> {
                 } else {
                     hist.join(" ")
                 }
+            )?;
+        }
+        if st.nv_capacity_bytes > 0 || st.nv_writes > 0 {
+            outln!(
+                "        durable write cache ({}): writes {}, read hits {}, absorbed overwrites {}, \
+                 write-backs {} (immediate {}), blocks not yet down {}, delivered at start {}",
+                if st.nv_capacity_bytes > 0 {
+                    human(st.nv_capacity_bytes)
+                } else {
+                    "none: nv=on files written through".to_string()
+                },
+                st.nv_writes,
+                st.nv_hits,
+                st.nv_overwrites,
+                st.nv_write_backs,
+                st.nv_immediate,
+                st.nv_live_blocks,
+                st.nv_replayed
             )?;
         }
     }

@@ -32,6 +32,18 @@ pub struct MountArgs {
     /// through it stay here for all.
     #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     global_mib: u64,
+    /// This node's durable write cache (the client NV cache of Biswas et
+    /// al. 1993): a directory on the node's own disk for its log. Writes to
+    /// files with `nv=on` are acknowledged once fsynced there, survive a
+    /// crash of the mount or the machine, and are delivered at the next
+    /// mount with the same directory. Without it, `nv=on` files are written
+    /// through to the data servers.
+    #[arg(long, value_name = "DIR")]
+    nv_dir: Option<PathBuf>,
+    /// MiB of the durable write cache (dirty blocks of `nv=on` files it
+    /// holds before their write policy must write some down).
+    #[arg(long, value_name = "MIB", default_value_t = 8, requires = "nv_dir", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    nv_mib: u64,
 }
 
 /// What is at a mount point.
@@ -192,6 +204,10 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let cache = parcache_client::NodeCacheConfig {
         pool_bytes: a.cache_mib << 20,
         global_bytes: a.global_mib << 20,
+        nv: a.nv_dir.clone().map(|dir| parcache_client::NvConfig {
+            dir,
+            bytes: a.nv_mib << 20,
+        }),
         ..Default::default()
     };
     let fs = rt.block_on(a.target.connect_with(cache))?;

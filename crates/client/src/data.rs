@@ -147,6 +147,13 @@ impl DataPath {
     /// returns when every one holds its part in its write log and cache,
     /// visible to every node; [`DataPath::sync`] makes it durable.
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_with(handle, offset, data, false).await
+    }
+
+    /// [`DataPath::write`], or with `durable` one that returns once every
+    /// server's part is durable in its log (`nv=on` files: Biswas et al.
+    /// 1993 §2.2, a block leaves a node's NV cache only for stable storage).
+    pub async fn write_with(&self, handle: u64, offset: u64, data: &[u8], durable: bool) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -167,9 +174,16 @@ impl DataPath {
                 [one] => std::borrow::Cow::Borrowed(one),
                 many => std::borrow::Cow::Owned(many.concat()),
             };
-            let req = Request::WriteBuffered {
-                handle,
-                offset: server_offset,
+            let req = if durable {
+                Request::Write {
+                    handle,
+                    offset: server_offset,
+                }
+            } else {
+                Request::WriteBuffered {
+                    handle,
+                    offset: server_offset,
+                }
             };
             let s = p.servers[pos];
             Some(async move {

@@ -442,7 +442,8 @@ impl Fs {
     }
 
     /// Returns when every byte written to the file is in the data servers'
-    /// durable logs and its size and times are at the metadata server.
+    /// durable logs (an `nv=on` file's: in the node's durable write cache
+    /// or there) and its size and times are at the metadata server.
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
@@ -451,6 +452,12 @@ impl Fs {
             // Chunks are placed by hash, on any data server.
             let all: Vec<u32> = (0..self.data.servers() as u32).collect();
             self.data.sync_servers(&all, &self.what(a.handle)).await?;
+        } else if self.nv_logged(&st.policies) {
+            // As durable as the node's log (Biswas et al. 1993 §2.2): the
+            // blocks stay in the NV cache, and so does the size they make
+            // (reported when they go down, or replayed after a crash): a
+            // size reported now would show other nodes zeros.
+            self.nv_sync().await?;
         } else {
             self.write_back(&st.pool, a.handle).await?;
             self.report_attr(a.handle).await?;
@@ -579,6 +586,7 @@ impl Fs {
     }
 
     pub(crate) async fn remove_data(&self, a: &Attr) -> Result<()> {
+        self.nv_forget(a.handle).await;
         let known = self.files.lock().remove(&a.handle);
         if let Some(st) = known {
             st.pool.discard_file(a.handle, 0).await;
@@ -658,7 +666,7 @@ impl Fs {
             return Ok(());
         }
         if !st.file.cached {
-            self.data.write(a.handle, offset, data).await?;
+            self.data.write_with(a.handle, offset, data, st.policies.nv).await?;
         }
         // Counted before cached bytes land, so a concurrent reader's clamp is right.
         let bs = self.cache.block_size as u64;
@@ -675,6 +683,8 @@ impl Fs {
         } else if st.file.cached && self.discretionary(a.handle, st.policies.cooperative) {
             self.discretionary_write(&st.pool, a.handle, st.policies.cooperative, offset, data)
                 .await?;
+        } else if st.file.cached && self.nv_logged(&st.policies) {
+            self.nv_write(&st.pool, a.handle, offset, data).await?;
         } else if st.file.cached {
             st.pool
                 .write(a.handle, offset, data)

@@ -16,11 +16,13 @@ mod data;
 mod files;
 mod global;
 mod namespace;
+mod nv;
 mod peer;
 pub mod policies;
 mod tier;
 
 pub use data::{DataPath, Placement};
+pub use nv::{NvConfig, NvStats};
 use peer::Peer;
 pub use peer::DEFAULT_RETRIES;
 pub use policies::{FilePolicies, NodeCacheConfig};
@@ -31,7 +33,7 @@ pub use parcache_core::bypass::segments::Hint;
 pub use parcache_core::bypass::Op as HintOp;
 pub use parcache_core::consistency::KernelCache;
 use parcache_core::cooperative::CooperativeKind;
-use parcache_core::{CacheConfig, CacheStats, PrefetchKind, ReplacementKind, StripeLayout, Time, WritePolicyKind};
+use parcache_core::{CacheConfig, CacheStats, PrefetchKind, StripeLayout, Time, WritePolicyKind};
 use parcache_driver::{BelowError, Driver, DriverError};
 pub use parcache_proto::{Attr, DirEntry, ErrorCode, FileKind, SetAttr, Timestamp};
 use parcache_proto::{Client, ConnError, Request, Response, Secret};
@@ -97,7 +99,7 @@ fn from_driver(what: String, e: DriverError) -> FsError {
 
 /// The node cache's pool for one combination of policies.
 type Pool = Driver<Arc<tier::NodeBelow>>;
-type PoolKey = (ReplacementKind, WritePolicyKind, PrefetchKind, CooperativeKind);
+use parcache_core::PoolKey;
 
 /// A connection to a parcache cluster, with the node's cache.
 pub struct Fs {
@@ -123,6 +125,8 @@ pub struct Fs {
     /// Discretionary caching: hints, and this node's share of the global
     /// cache.
     global: global::Global,
+    /// The node's durable write cache (`nv=on` files), if it has one.
+    nv: Option<nv::Nv>,
     secret: Secret,
 }
 
@@ -166,7 +170,15 @@ impl Fs {
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
         let global_blocks = (cache.global_bytes / cache.block_size.max(1) as u64) as usize;
-        Ok(Arc::new_cyclic(|me| Fs {
+        let (nv, undelivered) = match &cache.nv {
+            Some(cfg) => {
+                let (nv, left) = nv::Nv::open(cfg, cache.block_size)
+                    .map_err(|e| FsError::Protocol(format!("durable write cache {}: {e}", cfg.dir.display())))?;
+                (Some(nv), left)
+            }
+            None => (None, Vec::new()),
+        };
+        let fs = Arc::new_cyclic(|me| Fs {
             mds: Arc::new(Peer::connected("metadata server".into(), mds, secret.clone())),
             data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
             cache,
@@ -180,8 +192,13 @@ impl Fs {
             cas: cas::Cas::default(),
             tier: tier::Tier::default(),
             global: global::Global::new(global_blocks),
+            nv,
             secret: secret.clone(),
-        }))
+        });
+        // What a previous run acknowledged from the log reaches the data
+        // servers before this node serves anything.
+        fs.deliver(undelivered).await?;
+        Ok(fs)
     }
 
     /// The time for the consistency plug-ins (monotonic, from the connect).
@@ -241,18 +258,30 @@ impl Fs {
             return Ok(pool.clone());
         }
         let bs = self.cache.block_size;
+        // `nv=on`: the pool is the node's NV cache, of its size; a node
+        // without one writes such files through (Biswas et al. 1993 §6.7:
+        // with all NV at the server, clients write through).
+        let (bytes, write, aux_buffers) = match (p.nv, &self.nv) {
+            (true, Some(nv)) => (nv.bytes, p.write, 0),
+            (true, None) => (
+                self.cache.pool_bytes,
+                WritePolicyKind::WriteThrough,
+                self.cache.aux_buffers,
+            ),
+            (false, _) => (self.cache.pool_bytes, p.write, self.cache.aux_buffers),
+        };
         let cfg = CacheConfig {
-            buffers: (self.cache.pool_bytes / bs as u64).max(2) as usize,
+            buffers: (bytes / bs as u64).max(2) as usize,
             block_size: bs,
             replacement: p.replacement,
-            write: p.write,
+            write,
             // Under lru-interleaved the reader prefetches from the homes;
             // a home prefetching the next block would keep a replica.
             prefetch: match p.cooperative {
                 CooperativeKind::LruInterleaved if self.interleaved(p.cooperative) => PrefetchKind::None,
                 _ => p.prefetch,
             },
-            aux_buffers: self.cache.aux_buffers,
+            aux_buffers,
             syncer: Some(self.cache.syncer),
             fill_partial_writes: false,
         };
@@ -264,6 +293,7 @@ impl Fs {
                     data: self.data.clone(),
                     fs: self.me.clone(),
                     kind: p.cooperative,
+                    nv: p.nv,
                 }),
             )
             .map_err(|e| FsError::Protocol(format!("node cache for {p:?}: {e}")))?,
@@ -291,9 +321,13 @@ impl Fs {
         let pools = self.pools.lock();
         let mut v: Vec<_> = pools
             .iter()
-            .map(|((r, w, p, c), pool)| match c {
-                CooperativeKind::None => (format!("{r} {w} {p}"), pool.stats()),
-                c => (format!("{r} {w} {p} {c}"), pool.stats()),
+            .map(|((r, _, p, c, nv), pool)| {
+                let w = pool.config().write;
+                let name = match c {
+                    CooperativeKind::None => format!("{r} {w} {p}"),
+                    c => format!("{r} {w} {p} {c}"),
+                };
+                (if *nv { format!("{name} nv") } else { name }, pool.stats())
             })
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));

@@ -23,6 +23,9 @@ pub struct NodeCacheConfig {
     /// Bytes of this node's share of the global cache (`cooperative=global`,
     /// Vilayannur et al. 2003).
     pub global_bytes: u64,
+    /// The node's durable write cache for `nv=on` files (`--nv-dir`,
+    /// `--nv-mib`); without one such files are written through, durably.
+    pub nv: Option<crate::NvConfig>,
 }
 
 impl Default for NodeCacheConfig {
@@ -34,6 +37,7 @@ impl Default for NodeCacheConfig {
             syncer: Span::from_secs(30),
             aux_buffers: 16,
             global_bytes: 64 << 20,
+            nv: None,
         }
     }
 }

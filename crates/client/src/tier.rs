@@ -125,6 +125,7 @@ impl Fs {
         s.recirculations = t.recirculations.load(Ordering::Relaxed);
         s.served = t.served.load(Ordering::Relaxed);
         self.global.stats(&mut s);
+        self.nv_counters(&mut s);
         s
     }
 
@@ -141,7 +142,7 @@ impl Fs {
                     node,
                     name: name.clone(),
                     addr: fs.tier.addr.lock().clone(),
-                    stats: fs.node_stats(),
+                    stats: Box::new(fs.node_stats()),
                 };
                 let tier = fs.clone();
                 drop(fs);
@@ -543,6 +544,9 @@ pub(crate) struct NodeBelow {
     pub(crate) data: Arc<DataPath>,
     pub(crate) fs: Weak<Fs>,
     pub(crate) kind: CooperativeKind,
+    /// The pool of `nv=on` files: blocks go down durably, and the node's
+    /// durable write cache marks them clean then.
+    pub(crate) nv: bool,
 }
 
 impl NodeBelow {
@@ -579,6 +583,13 @@ impl NodeBelow {
 
 impl Below for NodeBelow {
     async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> std::result::Result<(), BelowError> {
+        if self.nv {
+            let fs = self.fs.upgrade().ok_or_else(|| BelowError {
+                errno: 5,
+                message: "the node client is shutting down".into(),
+            })?;
+            return fs.nv_write_down(key, pieces).await;
+        }
         if let (CooperativeKind::Global { .. }, Some(fs)) = (self.kind, self.fs.upgrade()) {
             let base = key.index * fs.cache.block_size as u64;
             let calls = pieces

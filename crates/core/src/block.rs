@@ -152,6 +152,10 @@ impl RangeSet {
         let i = self.ranges.partition_point(|x| x.end < r.end);
         i < self.ranges.len() && self.ranges[i].start <= r.start && self.ranges[i].end >= r.end
     }
+    /// Whether any byte of `r` is in the set.
+    pub fn overlaps(&self, r: ByteRange) -> bool {
+        self.ranges.iter().any(|x| x.start < r.end && r.start < x.end)
+    }
     /// Whether the set is exactly `[0, size)`.
     pub fn is_full(&self, size: u32) -> bool {
         self.ranges.len() == 1 && self.ranges[0].start == 0 && self.ranges[0].end >= size

@@ -11,8 +11,11 @@ use crate::prefetch::PrefetchKind;
 use crate::replacement::ReplacementKind;
 use crate::write::WritePolicyKind;
 
+/// What files sharing a pool of the node cache have in common.
+pub type PoolKey = (ReplacementKind, WritePolicyKind, PrefetchKind, CooperativeKind, bool);
+
 /// The policy keys a file or directory can carry.
-pub const POLICY_KEYS: [&str; 9] = [
+pub const POLICY_KEYS: [&str; 10] = [
     "write",
     "replacement",
     "prefetch",
@@ -20,6 +23,7 @@ pub const POLICY_KEYS: [&str; 9] = [
     "cooperative",
     "store",
     "bypass",
+    "nv",
     "stripe_unit",
     "stripe_width",
 ];
@@ -103,6 +107,11 @@ pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
         "cooperative" => value.parse::<CooperativeKind>()?.to_string(),
         "store" => value.parse::<StoreKind>()?.to_string(),
         "bypass" => value.parse::<crate::bypass::hints::HintList>()?.to_string(),
+        "nv" => match parse_on_off(value) {
+            Some(true) => "on".to_string(),
+            Some(false) => "off".to_string(),
+            None => return Err(bad(format!("'{value}' must be on or off"))),
+        },
         "stripe_unit" => parse_size(value)
             .filter(|n| (512..=16 << 20).contains(n))
             .ok_or_else(|| bad(format!("'{value}' must be a size from 512 to 16M (e.g. 64K)")))?
@@ -120,6 +129,15 @@ pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
             })
         }
     })
+}
+
+/// `on`/`off` (and `true`/`false`, `yes`/`no`, `1`/`0`).
+pub fn parse_on_off(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Some(true),
+        "off" | "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
 }
 
 /// Parses `65536`, `64K`, `1M`, `2G`.
@@ -195,6 +213,10 @@ pub struct FilePolicies {
     pub consistency: ConsistencyKind,
     pub cooperative: CooperativeKind,
     pub store: StoreKind,
+    /// `nv=on`: writes are acknowledged once in the node's durable write
+    /// cache (`--nv-dir`), the client NV cache of Biswas et al. 1993 §2.2;
+    /// a node without one writes such files through.
+    pub nv: bool,
 }
 
 impl Default for FilePolicies {
@@ -206,6 +228,7 @@ impl Default for FilePolicies {
             consistency: ConsistencyKind::CloseToOpen,
             cooperative: CooperativeKind::None,
             store: StoreKind::Blocks,
+            nv: false,
         }
     }
 }
@@ -224,6 +247,7 @@ impl FilePolicies {
                 "consistency" => p.consistency = v.parse().unwrap_or(p.consistency),
                 "cooperative" => p.cooperative = v.parse().unwrap_or(p.cooperative),
                 "store" => p.store = v.parse().unwrap_or(p.store),
+                "nv" => p.nv = parse_on_off(v).unwrap_or(p.nv),
                 _ => {}
             }
         }
@@ -236,7 +260,7 @@ impl FilePolicies {
     }
 
     /// The policies as settings (key, value), as `policy set` takes them.
-    pub fn settings(&self) -> [(&'static str, String); 6] {
+    pub fn settings(&self) -> [(&'static str, String); 7] {
         [
             ("write", self.write.to_string()),
             ("replacement", self.replacement.to_string()),
@@ -244,13 +268,14 @@ impl FilePolicies {
             ("consistency", self.consistency.to_string()),
             ("cooperative", self.cooperative.to_string()),
             ("store", self.store.to_string()),
+            ("nv", if self.nv { "on" } else { "off" }.to_string()),
         ]
     }
 
     /// Files with the same replacement, write, prefetch and cooperative
-    /// policies share a pool of the node cache.
-    pub fn pool_key(&self) -> (ReplacementKind, WritePolicyKind, PrefetchKind, CooperativeKind) {
-        (self.replacement, self.write, self.prefetch, self.cooperative)
+    /// policies and the same `nv` share a pool of the node cache.
+    pub fn pool_key(&self) -> PoolKey {
+        (self.replacement, self.write, self.prefetch, self.cooperative, self.nv)
     }
 }
 
@@ -285,6 +310,11 @@ mod tests {
         assert_eq!(check_setting("store", "cas(chunk=64K)").unwrap(), "cas(chunk=65536)");
         assert_eq!(check_setting("store", "cas(chunk=16K)").unwrap(), "cas");
         assert!(check_setting("store", "cas(chunk=3)").is_err());
+        assert_eq!(check_setting("nv", "ON").unwrap(), "on");
+        assert_eq!(check_setting("nv", "0").unwrap(), "off");
+        let e = check_setting("nv", "maybe").unwrap_err().to_string();
+        assert!(e.contains("nv") && e.contains("on or off"), "{e}");
+        assert!(FilePolicies::from_settings(&[("nv".to_string(), "on".to_string())]).nv);
         assert!(check_setting("store", "tape")
             .unwrap_err()
             .to_string()

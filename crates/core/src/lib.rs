@@ -36,7 +36,7 @@ pub mod write;
 
 pub use block::{split_blocks, BlockKey, BlockPiece, ByteRange, FileId, RangeSet};
 pub use cache::{Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, IoToken, ProcId, WriteCause};
-pub use catalogue::{FilePolicies, StoreKind};
+pub use catalogue::{FilePolicies, PoolKey, StoreKind};
 pub use consistency::ConsistencyKind;
 pub use error::{AccessError, PolicyError};
 pub use prefetch::PrefetchKind;

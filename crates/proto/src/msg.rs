@@ -302,7 +302,7 @@ pub enum Request {
         node: u64,
         name: String,
         addr: String,
-        stats: NodeStats,
+        stats: Box<NodeStats>,
     },
     /// To the metadata server: the nodes that sent a heartbeat lately.
     Nodes,
@@ -513,6 +513,18 @@ pub struct NodeStats {
     /// Segment counters of its share: how many segments have a counter in
     /// 0, 1, 2–3, 4–7, … (the last bucket: 1024 and more).
     pub segment_counters: [u64; 12],
+    /// The node's durable write cache (`nv=on` files, Biswas et al. 1993):
+    /// its size (0: none), writes it acknowledged, read hits, overwrites
+    /// it absorbed, blocks it wrote down (of which immediate: it was full),
+    /// blocks held not yet down, blocks delivered at start.
+    pub nv_capacity_bytes: u64,
+    pub nv_writes: u64,
+    pub nv_hits: u64,
+    pub nv_overwrites: u64,
+    pub nv_write_backs: u64,
+    pub nv_immediate: u64,
+    pub nv_live_blocks: u64,
+    pub nv_replayed: u64,
 }
 
 /// A node as the metadata server knows it.
@@ -539,6 +551,9 @@ pub struct ServerStats {
     pub dirty_blocks: u64,
     pub immediate_writes: u64,
     pub writes_down: u64,
+    /// Writes to bytes of the write cache still dirty: overwrites absorbed
+    /// (Biswas et al. 1993 §6.1).
+    pub overwrites: u64,
     /// Content-addressed chunks this data server stores, and their bytes
     /// (physical); at the metadata server, the chunks and bytes its
     /// recipes name (logical).

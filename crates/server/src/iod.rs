@@ -254,6 +254,8 @@ impl Iod {
                 self.part_len.lock().remove(&handle);
             }
             Entry::Write { .. } => {}
+            // A node's durable write cache's kinds: never in a server's log.
+            Entry::NodeWrite { .. } | Entry::NodeClean { .. } => return Ok(()),
         }
         if let Entry::Truncate { .. } = entry {
             self.cache
@@ -332,6 +334,7 @@ fn apply(s: &BlockStore, e: &Entry) -> io::Result<()> {
         Entry::Truncate { handle, len } => s.truncate(*handle, *len),
         Entry::Remove { handle } => s.remove(*handle),
         Entry::Extend { handle, len } => s.extend(*handle, *len),
+        Entry::NodeWrite { .. } | Entry::NodeClean { .. } => Ok(()),
     }
 }
 
@@ -584,6 +587,7 @@ impl Handler for IodHandler {
                     dirty_blocks: iod.cache.dirty_buffers() as u64,
                     immediate_writes: c.immediate_writes,
                     writes_down: c.writes,
+                    overwrites: c.overwrites,
                     chunks: cs.chunks,
                     chunk_bytes: cs.bytes,
                     fs_id,

@@ -1298,7 +1298,7 @@ impl Handler for MdsHandler {
                 addr,
                 stats,
             } => {
-                self.3.lock().heartbeat(node, self.2.now(), (name, addr, stats));
+                self.3.lock().heartbeat(node, self.2.now(), (name, addr, *stats));
                 Response::Nodes(self.nodes())
             }
             Request::Nodes => Response::Nodes(self.nodes()),

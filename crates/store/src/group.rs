@@ -83,6 +83,18 @@ impl GroupLog {
         rx.await.map_err(|_| gone())?
     }
 
+    /// Hands `e` to the log now (entries handed over in one order are
+    /// logged in that order) and returns the wait for it to be written,
+    /// not yet durable (as [`GroupLog::append_buffered`]).
+    pub fn send_buffered(&self, e: Entry) -> impl std::future::Future<Output = io::Result<()>> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.tx.send(Cmd::AppendBuffered(e, tx)).map_err(|_| gone());
+        async move {
+            sent?;
+            rx.await.map_err(|_| gone())?
+        }
+    }
+
     /// Returns once everything appended before it is durable (it joins
     /// the next group commit).
     pub async fn sync(&self) -> io::Result<()> {

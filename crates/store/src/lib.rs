@@ -6,6 +6,7 @@
 //!   survives a crash of the process or the machine.
 //! - [`media`]: the log's storage, real or a crash model that drops unsynced
 //!   bytes, for tests.
+//! - [`lock`]: one process per directory.
 //! - [`blocks`]: the block store, one local file per handle.
 //! - [`chunks`]: the content-addressed chunk store (CAPFS, 2005), one local
 //!   file per chunk named by its blake3 hash.
@@ -13,11 +14,13 @@
 pub mod blocks;
 pub mod chunks;
 pub mod group;
+pub mod lock;
 pub mod media;
 pub mod wal;
 
 pub use blocks::BlockStore;
 pub use chunks::{chunk_hash, ChunkHash, ChunkStats, ChunkStore};
 pub use group::GroupLog;
+pub use lock::lock_dir;
 pub use media::{CrashMedia, CrashMode, FileMedia, Media};
 pub use wal::{Entry, Replay, Wal};

@@ -31,6 +31,21 @@ pub enum Entry {
         handle: u64,
         len: u64,
     },
+    /// A node's durable write cache: bytes written at `offset` of file
+    /// `handle`, the node's `seq`-th write (Biswas et al. 1993 §2.2).
+    NodeWrite {
+        seq: u64,
+        handle: u64,
+        offset: u64,
+        data: bytes::Bytes,
+    },
+    /// A node's durable write cache: block `index` of file `handle` is on
+    /// the data servers, durably, as of the writes numbered below `upto`.
+    NodeClean {
+        handle: u64,
+        index: u64,
+        upto: u64,
+    },
 }
 
 impl Entry {
@@ -39,24 +54,37 @@ impl Entry {
             Entry::Write { handle, .. }
             | Entry::Truncate { handle, .. }
             | Entry::Remove { handle }
-            | Entry::Extend { handle, .. } => handle,
+            | Entry::Extend { handle, .. }
+            | Entry::NodeWrite { handle, .. }
+            | Entry::NodeClean { handle, .. } => handle,
         }
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        let (kind, handle, a, data): (u8, u64, u64, &[u8]) = match self {
-            Entry::Write { handle, offset, data } => (1, *handle, *offset, &data[..]),
-            Entry::Truncate { handle, len } => (2, *handle, *len, &[]),
-            Entry::Remove { handle } => (3, *handle, 0, &[]),
-            Entry::Extend { handle, len } => (4, *handle, *len, &[]),
+        // The node's kinds carry a third number before their data.
+        let (kind, handle, a, b, data): (u8, u64, u64, Option<u64>, &[u8]) = match self {
+            Entry::Write { handle, offset, data } => (1, *handle, *offset, None, &data[..]),
+            Entry::Truncate { handle, len } => (2, *handle, *len, None, &[]),
+            Entry::Remove { handle } => (3, *handle, 0, None, &[]),
+            Entry::Extend { handle, len } => (4, *handle, *len, None, &[]),
+            Entry::NodeWrite {
+                seq,
+                handle,
+                offset,
+                data,
+            } => (5, *handle, *offset, Some(*seq), &data[..]),
+            Entry::NodeClean { handle, index, upto } => (6, *handle, *index, Some(*upto), &[]),
         };
-        let body_len = 1 + 8 + 8 + data.len();
+        let body_len = 1 + 8 + 8 + if b.is_some() { 8 } else { 0 } + data.len();
         let start = out.len();
         out.extend_from_slice(&(body_len as u32).to_le_bytes());
         out.extend_from_slice(&[0; 4]);
         out.push(kind);
         out.extend_from_slice(&handle.to_le_bytes());
         out.extend_from_slice(&a.to_le_bytes());
+        if let Some(b) = b {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
         out.extend_from_slice(data);
         let crc = crc32fast::hash(&out[start + 8..]);
         out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
@@ -81,6 +109,17 @@ impl Entry {
             2 if len == 17 => Entry::Truncate { handle, len: a },
             3 if len == 17 => Entry::Remove { handle },
             4 if len == 17 => Entry::Extend { handle, len: a },
+            5 if len >= 25 => Entry::NodeWrite {
+                seq: u64::from_le_bytes(body[17..25].try_into().ok()?),
+                handle,
+                offset: a,
+                data: bytes::Bytes::copy_from_slice(&body[25..]),
+            },
+            6 if len == 25 => Entry::NodeClean {
+                handle,
+                index: a,
+                upto: u64::from_le_bytes(body[17..25].try_into().ok()?),
+            },
             _ => return None,
         };
         Some((e, 8 + len))
@@ -280,6 +319,38 @@ mod tests {
         m.crash(CrashMode::DropUnsynced);
         let (_, r) = Wal::open(m).unwrap();
         assert_eq!(r.entries, vec![w(1, 0, b"durable"), w(1, 7, b"buffered, acknowledged")]);
+    }
+
+    #[test]
+    fn the_node_kinds_round_trip() {
+        let m = CrashMedia::new();
+        let (mut log, _) = Wal::open(m.clone()).unwrap();
+        let es = vec![
+            Entry::NodeWrite {
+                seq: 7,
+                handle: 3,
+                offset: 65536,
+                data: bytes::Bytes::from_static(b"nv bytes"),
+            },
+            Entry::NodeWrite {
+                seq: 8,
+                handle: 3,
+                offset: 0,
+                data: bytes::Bytes::new(),
+            },
+            Entry::NodeClean {
+                handle: 3,
+                index: 1,
+                upto: 8,
+            },
+        ];
+        for e in &es {
+            log.append(e).unwrap();
+        }
+        log.sync().unwrap();
+        m.crash(CrashMode::DropUnsynced);
+        let (_, r) = Wal::open(m).unwrap();
+        assert_eq!(r.entries, es);
     }
 
     #[test]

@@ -425,7 +425,14 @@ impl Cache {
                     self.waiting_on.push((proc, b));
                     return Ok(Begin::Blocked);
                 }
-                Access::Write(_) => self.stats.write_hits += 1,
+                Access::Write(r) => {
+                    self.stats.write_hits += 1;
+                    if buf.dirty.overlaps(r) {
+                        // Bytes not yet down are written again: one write
+                        // below absorbed (Biswas et al. 1993 §6.1).
+                        self.stats.overwrites += 1;
+                    }
+                }
             }
             buf.prefetched = false;
             if buf.held {

@@ -27,6 +27,10 @@ pub struct CacheStats {
     pub read_misses: u64,
     pub prefetch_hits: u64,
     pub write_hits: u64,
+    /// Write hits on bytes still dirty: overwrites the cache absorbed
+    /// (Biswas et al. 1993 §6.1, "write hits on a dirty block").
+    #[serde(default)]
+    pub overwrites: u64,
     pub write_allocs: u64,
     pub fetches: u64,
     /// Fetches made to fill a block before a partial write (read-modify-write).
