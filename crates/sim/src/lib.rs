@@ -7,6 +7,7 @@
 //! ([`kotz92`]), the consistency plug-ins' model and checker ([`consistency`]), and the named [`scenario`]s that reproduce their tables and
 //! figures. Given a seed, every run produces the same result, bit for bit.
 
+pub mod biswas93;
 pub mod cache_driver;
 pub mod capfs05;
 pub mod consistency;

@@ -25,6 +25,11 @@ impl WritePolicy for Periodic {
             age: self.age,
         }
     }
+    /// A full NV write cache replaces its LRU block, written back if
+    /// dirty: one write per need (Biswas et al. 1993 §2.2).
+    fn writes_per_need(&self) -> Option<usize> {
+        Some(1)
+    }
     fn next_wake(&self, now: Time, dirty: usize) -> Option<Time> {
         // Wake on the interval grid; nothing to do while nothing is dirty.
         (dirty > 0).then(|| Time((now.0 / self.interval.0 + 1) * self.interval.0))

@@ -27,6 +27,11 @@ impl WritePolicy for Threshold {
             low_pct: self.low_pct,
         }
     }
+    /// A full NV write cache replaces its LRU block, written back if
+    /// dirty: one write per need (Biswas et al. 1993 §2.2).
+    fn writes_per_need(&self) -> Option<usize> {
+        Some(1)
+    }
     fn on_dirty_level(&mut self, dirty: usize, writing: usize, capacity: usize) -> usize {
         let high = capacity * self.high_pct as usize / 100;
         let low = capacity * self.low_pct as usize / 100;

@@ -3,6 +3,7 @@
 //! deterministic results), and returns rows, the checks that compare the
 //! rows with what the paper reports, and optionally a plot.
 
+pub mod biswas93;
 pub mod capfs05;
 pub mod consistency;
 pub mod kotz92;
@@ -56,6 +57,7 @@ pub enum Rows {
     Capfs(Vec<capfs05::Row>),
     Paca(Vec<paca96::Row>),
     Vilayannur(Vec<vilayannur03::Row>),
+    Biswas(Vec<biswas93::Row>),
 }
 
 /// What a scenario produced.
@@ -131,6 +133,7 @@ pub fn list() -> Vec<Scenario> {
     all.extend(paca96::SCENARIOS);
     all.extend(paca96_sessions::SCENARIOS);
     all.extend(vilayannur03::SCENARIOS);
+    all.extend(biswas93::SCENARIOS);
     all
 }
 
@@ -149,6 +152,7 @@ pub fn runs(name: &str) -> Result<usize, ScenarioError> {
         .or_else(|| paca96::runs(name))
         .or_else(|| paca96_sessions::runs(name))
         .or_else(|| vilayannur03::runs(name))
+        .or_else(|| biswas93::runs(name))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))
 }
 
@@ -160,6 +164,7 @@ pub fn run(name: &str, opts: &RunOptions, done: &(dyn Fn() + Sync)) -> Result<Ou
         .or_else(|| paca96::run(name, opts, done))
         .or_else(|| paca96_sessions::run(name, opts, done))
         .or_else(|| vilayannur03::run(name, opts, done))
+        .or_else(|| biswas93::run(name, opts, done))
         .ok_or_else(|| ScenarioError::Unknown(name.to_string()))?;
     let s = find(name)?;
     out.scenario = s.name.to_string();
