@@ -68,16 +68,34 @@ impl Client {
             reason: e.to_string(),
         })?;
         s.set_nodelay(true).ok();
-        client_handshake(&mut s, secret).await.map_err(|e| ConnError::Auth {
-            addr: addr.to_string(),
-            reason: match e {
-                AuthError::BadProof => "the server does not know our cluster secret: the local secret file \
-                                        does not match the cluster's (or this is another cluster)"
-                    .into(),
-                AuthError::Frame(_) | AuthError::Unexpected | AuthError::Timeout(_) => {
-                    format!("this is not a parcache server (the handshake failed: {e})")
+        client_handshake(&mut s, secret).await.map_err(|e| match e {
+            // A server stopping (killed a moment ago) resets the connection
+            // it had just accepted: it went away, it is not a stranger.
+            AuthError::Frame(crate::frame::FrameError::Io(io))
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                ConnError::Connect {
+                    addr: addr.to_string(),
+                    reason: format!("the connection closed during the handshake: {io}"),
                 }
-                e => e.to_string(),
+            }
+            e => ConnError::Auth {
+                addr: addr.to_string(),
+                reason: match e {
+                    AuthError::BadProof => "the server does not know our cluster secret: the local secret file \
+                                        does not match the cluster's (or this is another cluster)"
+                        .into(),
+                    AuthError::Frame(_) | AuthError::Unexpected | AuthError::Timeout(_) => {
+                        format!("this is not a parcache server (the handshake failed: {e})")
+                    }
+                    e => e.to_string(),
+                },
             },
         })?;
         let (mut r, mut w) = s.into_split();
@@ -238,4 +256,27 @@ async fn connection<H: Handler>(
     }
     drop(tx);
     let _ = writer.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that accepts and closes at once (it was being killed) is
+    /// gone, not a stranger: the error is one the caller retries.
+    #[tokio::test]
+    async fn a_connection_closed_during_the_handshake_is_a_connect_failure() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            drop(s);
+        });
+        let secret = Secret::generate();
+        match Client::connect(&addr, &secret).await {
+            Err(ConnError::Connect { reason, .. }) => assert!(reason.contains("handshake"), "{reason}"),
+            Err(other) => panic!("expected a connect failure, got {other}"),
+            Ok(_) => panic!("connected to a closed socket"),
+        }
+    }
 }
