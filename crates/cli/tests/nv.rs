@@ -251,3 +251,33 @@ fn sprite_opens_elsewhere_recall_nv_blocks_and_a_dead_holder_delivers_them_on_re
     a2.unmount();
     b.unmount();
 }
+
+#[test]
+fn a_full_nv_disk_writes_through_and_loses_nothing() {
+    let Some(disk) = common::SmallDisk::new("nv-full-disk", 2) else {
+        return;
+    };
+    let c = Cluster::up("nv-disk", 2);
+    set(&c, "pc:/", &["nv=on", "write=threshold"]);
+    // A 16 MiB NV cache whose log's disk holds 2 MiB: 4 MiB of writes
+    // fill it; every write still succeeds (through to the data servers).
+    let m = nv_mount(&c, "m", &disk.0, "16");
+    let want = pattern(4 << 20, 9);
+    {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(m.p("f"))
+            .unwrap();
+        for (i, chunk) in want.chunks(64 << 10).enumerate() {
+            f.write_all_at(chunk, (i << 16) as u64)
+                .unwrap_or_else(|e| panic!("write {i} on a full NV disk: {e}"));
+        }
+    }
+    let mut m = m;
+    m.kill9();
+    let m = nv_mount(&c, "m2", &disk.0, "16");
+    assert!(std::fs::read(m.p("f")).unwrap() == want, "every byte after the kill");
+    m.unmount();
+}

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{parcache, Cluster};
+use common::{parcache, Cluster, SmallDisk};
 
 /// Runs `parcache ARGS`, killing it after `secs` (a hang is a failure).
 fn parcache_within(secs: u64, args: &[&str]) -> (bool, String, String) {
@@ -256,42 +256,6 @@ async fn a_failed_write_back_never_reports_its_size() {
     let size = other.resolve("/wb/f").await.unwrap().size;
     assert_eq!(size, 0, "no size beyond the acknowledged bytes");
     assert_eq!(fs.local_size(a.handle), None, "the writer's own view fell back too");
-}
-
-/// A size-limited directory: a tmpfs of `mib` MiB (root only). `None`,
-/// with a message, where this machine cannot make one.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn new(tag: &str, mib: u32) -> Option<SmallDisk> {
-        let p = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={mib}m"),
-                "tmpfs",
-                p.to_str().unwrap(),
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("SKIPPED: cannot mount a {mib} MiB tmpfs here (not root?); the full-disk test needs one");
-            let _ = std::fs::remove_dir(&p);
-            return None;
-        }
-        Some(SmallDisk(p))
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
 }
 
 /// Issues 9.5 and 9.6: on a full disk the application sees ENOSPC, nothing

@@ -293,8 +293,20 @@ impl Nv {
             live.apply(&e, self.block_size);
             self.log.send_buffered(e)
         };
-        sent.await?;
-        self.log.sync().await?;
+        let logged = match sent.await {
+            Ok(()) => self.log.sync().await,
+            Err(e) => Err(e),
+        };
+        match logged {
+            Ok(()) => {}
+            // The block is durably down already: a mark the full disk
+            // cannot take only means it is delivered again after a crash.
+            // The next compaction drops it from the log.
+            Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+                tracing::warn!("durable write cache: the log's disk is full; a clean mark waits for compaction");
+            }
+            Err(e) => return Err(e),
+        }
         self.cleaned.fetch_add(1, Ordering::Relaxed);
         self.maybe_compact().await;
         Ok(())
@@ -467,10 +479,29 @@ impl crate::Fs {
                 .map_err(|e| crate::from_driver(self.what(handle), e))?;
             nv.log(handle, offset, data).await
         };
-        durable.await.map_err(|e| crate::FsError::Remote {
+        let err = match durable.await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if err.kind() == io::ErrorKind::StorageFull {
+            // The log's disk is full: the write goes through to the data
+            // servers instead (durably), and the log is compacted.
+            tracing::warn!(
+                "durable write cache: its disk is full; writing {} through to the data servers",
+                self.what(handle)
+            );
+            pool.flush_file(handle)
+                .await
+                .map_err(|e| crate::from_below(self.what(handle), e))?;
+            if let Err(e) = nv.compact().await {
+                tracing::warn!("durable write cache: compaction on a full disk: {e}");
+            }
+            return Ok(());
+        }
+        Err(crate::FsError::Remote {
             path: self.what(handle),
-            code: parcache_proto::ErrorCode::from_errno(e.raw_os_error().unwrap_or(5)),
-            message: format!("node's durable write cache: {e}"),
+            code: parcache_proto::ErrorCode::from_errno(err.raw_os_error().unwrap_or(5)),
+            message: format!("node's durable write cache: {err}"),
         })
     }
 

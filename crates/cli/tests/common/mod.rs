@@ -265,3 +265,39 @@ pub fn three_nodes(c: &Cluster, extra: &[&str]) -> (Mounted, Mounted, Mounted) {
 pub fn sum(n: &[(String, serde_json::Value)], key: &str) -> u64 {
     n.iter().map(|(_, s)| s[key].as_u64().unwrap()).sum()
 }
+
+/// A size-limited directory: a tmpfs of `mib` MiB (root only). `None`,
+/// with a message, where this machine cannot make one.
+pub struct SmallDisk(pub PathBuf);
+
+impl SmallDisk {
+    pub fn new(tag: &str, mib: u32) -> Option<SmallDisk> {
+        let p = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m"),
+                "tmpfs",
+                p.to_str().unwrap(),
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIPPED: cannot mount a {mib} MiB tmpfs here (not root?); the full-disk test needs one");
+            let _ = std::fs::remove_dir(&p);
+            return None;
+        }
+        Some(SmallDisk(p))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
