@@ -6,7 +6,7 @@
 use parcache_client::Fs;
 use parcache_proto::Secret;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
