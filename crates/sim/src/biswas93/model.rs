@@ -342,6 +342,20 @@ fn cache(blocks: usize, write: WritePolicyKind) -> CacheDriver {
     )
 }
 
+/// Puts `x` in a free slot of `v` (or a new one); returns its index.
+fn put<T>(v: &mut Vec<Option<T>>, free: &mut Vec<usize>, x: T) -> usize {
+    match free.pop() {
+        Some(i) => {
+            v[i] = Some(x);
+            i
+        }
+        None => {
+            v.push(Some(x));
+            v.len() - 1
+        }
+    }
+}
+
 fn whole() -> ByteRange {
     ByteRange::new(0, BLOCK)
 }
@@ -417,16 +431,7 @@ impl<'a> Model<'a> {
             waiting_for: 0,
             asleep: false,
         };
-        let id = match self.free_tasks.pop() {
-            Some(i) => {
-                self.tasks[i] = Some(t);
-                i
-            }
-            None => {
-                self.tasks.push(Some(t));
-                self.tasks.len() - 1
-            }
-        };
+        let id = put(&mut self.tasks, &mut self.free_tasks, t);
         self.advance(id);
         id
     }
@@ -1052,16 +1057,7 @@ impl<'a> Model<'a> {
             plan,
             next: 0,
         };
-        let s = match self.free_sessions.pop() {
-            Some(i) => {
-                self.sessions[i] = Some(sess);
-                i
-            }
-            None => {
-                self.sessions.push(Some(sess));
-                self.sessions.len() - 1
-            }
-        };
+        let s = put(&mut self.sessions, &mut self.free_sessions, sess);
         let file = self.sess(s).plan.file as usize;
         let mut stages = vec![
             Stage::Delay(ms(cost::OPEN + cost::NET_SMALL_CPU)),

@@ -308,28 +308,14 @@ fn by_load(rows: &[Row], cases: &[&str], y: &dyn Fn(&Row) -> f64) -> Vec<Series>
         .collect()
 }
 
-fn table_6_1(rows: &[Row]) -> Parts {
-    let paper_read = [
-        ("periodic", [6.2, 11.5, 25.8]),
-        ("threshold", [6.2, 11.2, 25.5]),
-        ("lru-writeback", [6.2, 11.5, 23.9]),
-    ];
-    let paper_cpu = [
-        ("periodic", [11.6, 46.7, 75.9]),
-        ("threshold", [11.2, 46.1, 75.2]),
-        ("lru-writeback", [9.5, 41.3, 72.2]),
-    ];
-    let paper_disk = [
-        ("periodic", [12.1, 40.8, 69.4]),
-        ("threshold", [11.5, 40.2, 67.5]),
-        ("lru-writeback", [11.3, 40.1, 67.0]),
-    ];
+/// The paper's values of one measure per case at 100, 400 and 700 clients.
+type ByLoad = [(&'static str, [f64; 3]); 3];
+
+/// Cells of tables laid out by case and load: (table, the paper's values,
+/// our measure).
+fn load_cells(rows: &[Row], tables: &[(&str, &ByLoad, fn(&Row) -> f64)]) -> Vec<Cell> {
     let mut cells = Vec::new();
-    for (table, data, f) in [
-        ("6.1 read ms", &paper_read, (|r: &Row| r.m.read_ms) as fn(&Row) -> f64),
-        ("6.2 server CPU %", &paper_cpu, |r: &Row| 100.0 * r.m.server_cpu_util),
-        ("6.2 server disk %", &paper_disk, |r: &Row| 100.0 * r.m.disk_util),
-    ] {
+    for (table, data, f) in tables {
         for (case, vals) in data.iter() {
             for (i, &n) in LOADS.iter().enumerate() {
                 cells.push(Cell {
@@ -340,6 +326,33 @@ fn table_6_1(rows: &[Row]) -> Parts {
             }
         }
     }
+    cells
+}
+
+fn table_6_1(rows: &[Row]) -> Parts {
+    let paper_read: ByLoad = [
+        ("periodic", [6.2, 11.5, 25.8]),
+        ("threshold", [6.2, 11.2, 25.5]),
+        ("lru-writeback", [6.2, 11.5, 23.9]),
+    ];
+    let paper_cpu: ByLoad = [
+        ("periodic", [11.6, 46.7, 75.9]),
+        ("threshold", [11.2, 46.1, 75.2]),
+        ("lru-writeback", [9.5, 41.3, 72.2]),
+    ];
+    let paper_disk: ByLoad = [
+        ("periodic", [12.1, 40.8, 69.4]),
+        ("threshold", [11.5, 40.2, 67.5]),
+        ("lru-writeback", [11.3, 40.1, 67.0]),
+    ];
+    let cells = load_cells(
+        rows,
+        &[
+            ("6.1 read ms", &paper_read, |r| r.m.read_ms),
+            ("6.2 server CPU %", &paper_cpu, |r| 100.0 * r.m.server_cpu_util),
+            ("6.2 server disk %", &paper_disk, |r| 100.0 * r.m.disk_util),
+        ],
+    );
     let w = |c: &str, n| find(rows, c, n).m.write_ms;
     let wt_ratio: Vec<String> = LOADS
         .iter()
@@ -514,37 +527,29 @@ fn table_6_4_5(name: &str, rows: &[Row]) -> Parts {
 }
 
 fn table_6_6(rows: &[Row]) -> Parts {
-    let open = [
+    let open: ByLoad = [
         ("no client NV", [51.0, 67.0, 119.0]),
         ("periodic", [53.0, 70.0, 136.0]),
         ("threshold", [54.0, 67.0, 97.0]),
     ];
-    let cpu = [
+    let cpu: ByLoad = [
         ("no client NV", [11.2, 46.1, 75.2]),
         ("periodic", [11.9, 48.0, 77.3]),
         ("threshold", [8.9, 40.1, 71.6]),
     ];
-    let disk = [
+    let disk: ByLoad = [
         ("no client NV", [11.5, 40.2, 67.5]),
         ("periodic", [12.2, 41.6, 68.0]),
         ("threshold", [10.1, 36.0, 61.4]),
     ];
-    let mut cells = Vec::new();
-    for (table, data, f) in [
-        ("6.6 open ms", &open, (|r: &Row| r.m.open_ms) as fn(&Row) -> f64),
-        ("6.7 server CPU %", &cpu, |r: &Row| 100.0 * r.m.server_cpu_util),
-        ("6.7 server disk %", &disk, |r: &Row| 100.0 * r.m.disk_util),
-    ] {
-        for (case, vals) in data.iter() {
-            for (i, &n) in LOADS.iter().enumerate() {
-                cells.push(Cell {
-                    what: format!("{table}, {case}, {n} clients"),
-                    paper: vals[i],
-                    ours: f(find(rows, case, n)),
-                });
-            }
-        }
-    }
+    let cells = load_cells(
+        rows,
+        &[
+            ("6.6 open ms", &open, |r| r.m.open_ms),
+            ("6.7 server CPU %", &cpu, |r| 100.0 * r.m.server_cpu_util),
+            ("6.7 server disk %", &disk, |r| 100.0 * r.m.disk_util),
+        ],
+    );
     let w = |c: &str, n| find(rows, c, n).m.write_ms;
     let o = |c: &str, n| find(rows, c, n).m.open_ms;
     let checks = vec![
