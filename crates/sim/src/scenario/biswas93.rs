@@ -311,9 +311,12 @@ fn by_load(rows: &[Row], cases: &[&str], y: &dyn Fn(&Row) -> f64) -> Vec<Series>
 /// The paper's values of one measure per case at 100, 400 and 700 clients.
 type ByLoad = [(&'static str, [f64; 3]); 3];
 
+/// A table by case and load: its name, the paper's values, our measure.
+type TableByLoad<'a> = (&'a str, &'a ByLoad, fn(&Row) -> f64);
+
 /// Cells of tables laid out by case and load: (table, the paper's values,
 /// our measure).
-fn load_cells(rows: &[Row], tables: &[(&str, &ByLoad, fn(&Row) -> f64)]) -> Vec<Cell> {
+fn load_cells(rows: &[Row], tables: &[TableByLoad]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for (table, data, f) in tables {
         for (case, vals) in data.iter() {
