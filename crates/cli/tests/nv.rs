@@ -281,3 +281,37 @@ fn a_full_nv_disk_writes_through_and_loses_nothing() {
     assert!(std::fs::read(m.p("f")).unwrap() == want, "every byte after the kill");
     m.unmount();
 }
+
+/// NV-held blocks are durable: the node's syncer (Unix's 30 s update
+/// daemon, 1 s here) leaves them to the write policy, which under
+/// `threshold` keeps them while the cache has room.
+#[test]
+fn the_syncer_leaves_nv_blocks_to_their_write_policy() {
+    let c = Cluster::up("nv-syncer", 2);
+    set(&c, "pc:/", &["nv=on", "write=threshold", "consistency=sprite"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
+        let cfg = parcache_client::NodeCacheConfig {
+            syncer: parcache_core::Span::from_secs(1),
+            nv: Some(parcache_client::NvConfig {
+                dir: c.dir.join("nv"),
+                bytes: 8 << 20,
+            }),
+            ..Default::default()
+        };
+        let fs = parcache_client::Fs::connect_with(c.info()["mds"].as_str().unwrap(), &secret, cfg)
+            .await
+            .unwrap();
+        let a = fs.create("/f", 0o644, true).await.unwrap();
+        let a = fs.open(&a, true).await.unwrap();
+        fs.write_at(&a, 0, &pattern(256 << 10, 5)).await.unwrap();
+        fs.close(&a, true).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let s = fs.node_stats();
+        assert_eq!(s.nv_write_backs, 0, "the syncer wrote NV blocks down: {s:?}");
+        assert_eq!(s.nv_live_blocks, 4, "{s:?}");
+        fs.shutdown().await.unwrap();
+        assert_eq!(fs.node_stats().nv_live_blocks, 0, "shutdown delivers them");
+    });
+}

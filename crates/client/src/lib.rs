@@ -261,14 +261,18 @@ impl Fs {
         // `nv=on`: the pool is the node's NV cache, of its size; a node
         // without one writes such files through (Biswas et al. 1993 §6.7:
         // with all NV at the server, clients write through).
-        let (bytes, write, aux_buffers) = match (p.nv, &self.nv) {
-            (true, Some(nv)) => (nv.bytes, p.write, 0),
+        // Its blocks are durable already, so no syncer pushes them after
+        // 30 s: the write policy alone decides, as in the paper's NV cache.
+        let syncer = Some(self.cache.syncer);
+        let (bytes, write, aux_buffers, syncer) = match (p.nv, &self.nv) {
+            (true, Some(nv)) => (nv.bytes, p.write, 0, None),
             (true, None) => (
                 self.cache.pool_bytes,
                 WritePolicyKind::WriteThrough,
                 self.cache.aux_buffers,
+                syncer,
             ),
-            (false, _) => (self.cache.pool_bytes, p.write, self.cache.aux_buffers),
+            (false, _) => (self.cache.pool_bytes, p.write, self.cache.aux_buffers, syncer),
         };
         let cfg = CacheConfig {
             buffers: (bytes / bs as u64).max(2) as usize,
@@ -282,7 +286,7 @@ impl Fs {
                 _ => p.prefetch,
             },
             aux_buffers,
-            syncer: Some(self.cache.syncer),
+            syncer,
             fill_partial_writes: false,
         };
         let pool = Arc::new(
