@@ -592,6 +592,13 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// The session an operation belongs to, its client and its file.
+    fn op_file(&self, id: usize) -> (usize, usize, u64) {
+        let s = self.session_of(id);
+        let x = self.sess(s);
+        (s, x.client, x.plan.file as u64)
+    }
+
     fn sess(&self, s: usize) -> &Sess {
         self.sessions[s].as_ref().expect("live session")
     }
@@ -692,8 +699,7 @@ impl<'a> Model<'a> {
                 true
             }
             Step::Opened { cacheable } => {
-                let s = self.session_of(id);
-                let (c, file) = (self.sess(s).client, self.sess(s).plan.file as u64);
+                let (s, c, file) = self.op_file(id);
                 let v = self.version.get(&file).copied().unwrap_or(0);
                 let cl = &mut self.clients[c];
                 if cacheable {
@@ -714,8 +720,7 @@ impl<'a> Model<'a> {
                 true
             }
             Step::ClientRead { block } => {
-                let s = self.session_of(id);
-                let (c, file) = (self.sess(s).client, self.sess(s).plan.file as u64);
+                let (s, c, file) = self.op_file(id);
                 let key = BlockKey::new(file, block);
                 if self.clients[c].uncached.contains(&file) {
                     self.push_front(
@@ -743,8 +748,7 @@ impl<'a> Model<'a> {
                 true
             }
             Step::ClientWrite { block } => {
-                let s = self.session_of(id);
-                let (c, file) = (self.sess(s).client, self.sess(s).plan.file as u64);
+                let (s, c, file) = self.op_file(id);
                 let key = BlockKey::new(file, block);
                 self.clients[c].read.cache_mut().discard_clean_block(now, key);
                 if self.clients[c].nv.is_none() || self.clients[c].uncached.contains(&file) {
@@ -768,8 +772,7 @@ impl<'a> Model<'a> {
                 true
             }
             Step::WroteThrough { block } => {
-                let s = self.session_of(id);
-                let (c, file) = (self.sess(s).client, self.sess(s).plan.file as u64);
+                let (s, c, file) = self.op_file(id);
                 if !self.clients[c].uncached.contains(&file) {
                     self.clients[c].read.cache_mut().adopt(now, BlockKey::new(file, block));
                     self.drain(CacheId::ClientRead(c));
