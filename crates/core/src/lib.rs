@@ -19,6 +19,8 @@
 //! - [`bypass`]: which requests go around a cache level (2003
 //!   discretionary caching): segment hints, runtime bypass, `harvest`.
 //! - [`ids`]: the names of files, nodes, processes, buffers and I/Os.
+//! - [`trace`]: one recorded file operation (the format `mount --record`
+//!   writes and `sim replay` reads).
 
 pub mod block;
 pub mod bypass;
@@ -32,6 +34,7 @@ pub mod prefetch;
 pub mod replacement;
 pub mod stripe;
 pub mod time;
+pub mod trace;
 pub mod write;
 
 pub use block::{split_blocks, BlockKey, BlockPiece, ByteRange, FileId, RangeSet};
@@ -43,4 +46,5 @@ pub use prefetch::PrefetchKind;
 pub use replacement::ReplacementKind;
 pub use stripe::StripeLayout;
 pub use time::{Span, Time};
+pub use trace::{TraceOp, TraceRecord};
 pub use write::WritePolicyKind;

@@ -20,4 +20,5 @@ pub mod plot;
 pub mod resource;
 pub mod rng;
 pub mod scenario;
+pub mod trace;
 pub mod vilayannur03;
