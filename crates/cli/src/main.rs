@@ -13,6 +13,7 @@ mod cluster;
 mod daemon;
 mod fs;
 mod mount;
+mod replay;
 mod sim;
 
 use clap::{Parser, Subcommand};

@@ -23,6 +23,9 @@ pub enum SimCommand {
     Run(RunArgs),
     /// Run the Kotz & Ellis 1992 model with free parameters.
     Kotz(KotzArgs),
+    /// Replay a real trace (Darshan DXT, parcache CSV/JSONL, block traces)
+    /// through the policies on a modelled cluster.
+    Replay(crate::replay::ReplayArgs),
     /// Refit the 1992 model's two overhead constants on their two published cells.
     Calibrate {
         /// Seed of the workload used for fitting.
@@ -123,6 +126,7 @@ pub fn run(cmd: SimCommand) -> Result<()> {
         }
         SimCommand::Run(a) => run_scenarios(a),
         SimCommand::Kotz(a) => run_kotz(a),
+        SimCommand::Replay(a) => crate::replay::replay(a),
         SimCommand::Calibrate { seed } => {
             let f = kotz92::fit(seed);
             out!("fitted on lw1 one-block records (seed {seed}):");

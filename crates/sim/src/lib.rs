@@ -17,6 +17,7 @@ pub mod kotz92;
 pub mod paca96;
 pub mod parallel;
 pub mod plot;
+pub mod replay;
 pub mod resource;
 pub mod rng;
 pub mod scenario;

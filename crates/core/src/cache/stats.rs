@@ -56,6 +56,57 @@ pub struct CacheStats {
     pub discarded: u64,
 }
 
+/// Adds another cache's counters (totals over a level's caches). Every
+/// field is named, so a new counter cannot be left out.
+impl std::ops::AddAssign<&CacheStats> for CacheStats {
+    fn add_assign(&mut self, o: &CacheStats) {
+        let CacheStats {
+            read_hits,
+            read_misses,
+            prefetch_hits,
+            write_hits,
+            overwrites,
+            write_allocs,
+            fetches,
+            fill_fetches,
+            prefetches,
+            writes,
+            policy_writes,
+            immediate_writes,
+            threshold_writes,
+            age_writes,
+            sync_writes,
+            flush_writes,
+            detached_writes,
+            stalls,
+            evictions,
+            fetch_failures,
+            discarded,
+        } = *o;
+        self.read_hits += read_hits;
+        self.read_misses += read_misses;
+        self.prefetch_hits += prefetch_hits;
+        self.write_hits += write_hits;
+        self.overwrites += overwrites;
+        self.write_allocs += write_allocs;
+        self.fetches += fetches;
+        self.fill_fetches += fill_fetches;
+        self.prefetches += prefetches;
+        self.writes += writes;
+        self.policy_writes += policy_writes;
+        self.immediate_writes += immediate_writes;
+        self.threshold_writes += threshold_writes;
+        self.age_writes += age_writes;
+        self.sync_writes += sync_writes;
+        self.flush_writes += flush_writes;
+        self.detached_writes += detached_writes;
+        self.stalls += stalls;
+        self.evictions += evictions;
+        self.fetch_failures += fetch_failures;
+        self.discarded += discarded;
+    }
+}
+
 impl CacheStats {
     pub(crate) fn count_write(&mut self, cause: WriteCause) {
         self.writes += 1;

@@ -90,14 +90,14 @@ pub fn msr(text: &str) -> Result<Trace, LineError> {
 
 /// Tencent cloud block storage: `time,offset,size,type,volume`, times in
 /// whole seconds, offsets and sizes in 512-byte sectors, type 0 read and 1
-/// write. One node; one process per volume.
+/// write. Each volume is a virtual machine's disk: its own node, with one
+/// process.
 pub fn tencent(text: &str) -> Result<Trace, LineError> {
     let mut trace = Trace {
         format: Some(Format::TencentCloud),
-        nodes: vec!["cloud".into()],
         ..Trace::default()
     };
-    let mut files = Names::default();
+    let (mut files, mut nodes) = (Names::default(), Names::default());
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let line = i + 1;
         let f: Vec<&str> = l.split(',').map(str::trim).collect();
@@ -115,8 +115,8 @@ pub fn tencent(text: &str) -> Result<Trace, LineError> {
         trace.ops.push(Op {
             time: number(field(&f, 0, line, "time")?, line, "time")? as f64,
             duration: 0.0,
-            node: 0,
-            process: volume,
+            node: nodes.id(&format!("vm-{volume}")),
+            process: 0,
             file: files.id(&format!("volume-{volume}")),
             kind,
             offset: sectors(1, "offset")?,
@@ -124,6 +124,7 @@ pub fn tencent(text: &str) -> Result<Trace, LineError> {
         });
     }
     trace.files = files.list;
+    trace.nodes = nodes.list;
     trace
         .notes
         .push("times are whole seconds: requests of one second start together, in file order".into());
