@@ -202,6 +202,31 @@ struct Level {
     timer_at: Option<Time>,
 }
 
+impl Level {
+    /// A timer event at `now`: the cache's deadline passes if it is the
+    /// one last asked for (earlier ones were superseded). True if it did.
+    fn fire(&mut self, now: Time) -> bool {
+        if self.timer_at != Some(now) {
+            return false;
+        }
+        self.timer_at = None;
+        self.cache.handle_timeout(now);
+        true
+    }
+
+    /// The time of a timer event to raise, if the cache's next deadline is
+    /// earlier than the one already asked for.
+    fn arm(&mut self, now: Time) -> Option<Time> {
+        let t = self.cache.poll_timeout()?.max(now);
+        if self.timer_at.is_none_or(|at| t < at) {
+            self.timer_at = Some(t);
+            Some(t)
+        } else {
+            None
+        }
+    }
+}
+
 struct Server {
     level: Level,
     link: Fcfs<LinkJob>,
@@ -410,16 +435,12 @@ impl<'a> Model<'a> {
             Ev::Issue(pid) => self.issue(now, pid),
             Ev::StepDone(pid) | Ev::Resume(pid) => self.advance(now, pid),
             Ev::NodeTimer(n) => {
-                if self.nodes[n].level.timer_at == Some(now) {
-                    self.nodes[n].level.timer_at = None;
-                    self.nodes[n].level.cache.handle_timeout(now);
+                if self.nodes[n].level.fire(now) {
                     self.drain_node(now, n);
                 }
             }
             Ev::ServerTimer(s) => {
-                if self.servers[s].level.timer_at == Some(now) {
-                    self.servers[s].level.timer_at = None;
-                    self.servers[s].level.cache.handle_timeout(now);
+                if self.servers[s].level.fire(now) {
                     self.drain_server(now, s);
                 }
             }
@@ -790,13 +811,8 @@ impl<'a> Model<'a> {
                 None => break,
             }
         }
-        let Level { cache, timer_at } = &mut self.nodes[n].level;
-        if let Some(t) = cache.poll_timeout() {
-            let t = t.max(now);
-            if timer_at.is_none_or(|at| t < at) {
-                *timer_at = Some(t);
-                self.k.at(t, Ev::NodeTimer(n));
-            }
+        if let Some(t) = self.nodes[n].level.arm(now) {
+            self.k.at(t, Ev::NodeTimer(n));
         }
     }
 
@@ -998,13 +1014,8 @@ impl<'a> Model<'a> {
                 Effect::Evicted { .. } => {}
             }
         }
-        let Level { cache, timer_at } = &mut self.servers[s].level;
-        if let Some(t) = cache.poll_timeout() {
-            let t = t.max(now);
-            if timer_at.is_none_or(|at| t < at) {
-                *timer_at = Some(t);
-                self.k.at(t, Ev::ServerTimer(s));
-            }
+        if let Some(t) = self.servers[s].level.arm(now) {
+            self.k.at(t, Ev::ServerTimer(s));
         }
     }
 
