@@ -31,6 +31,11 @@ impl Target {
         self.data.as_deref()
     }
 
+    /// Whether a remote metadata server was named (`--mds`).
+    pub fn has_remote(&self) -> bool {
+        self.mds.is_some()
+    }
+
     pub async fn connect(&self) -> Result<std::sync::Arc<Fs>> {
         self.connect_with(parcache_client::NodeCacheConfig::default()).await
     }

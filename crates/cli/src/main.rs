@@ -9,6 +9,7 @@ macro_rules! outln {
     }};
 }
 
+mod advise;
 mod cluster;
 mod daemon;
 mod fs;
@@ -34,6 +35,10 @@ enum Command {
     /// "what if" with your own parameters.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Which policies suit a workload? Replay a trace under every
+    /// combination its sharing allows, rank them, recommend per directory,
+    /// and (--apply) set them on the cluster.
+    Advise(advise::AdviseArgs),
     /// Run a data server: it stores its stripes of every file behind a
     /// durable write log (an acknowledged write survives kill -9).
     Iod(daemon::IodArgs),
@@ -78,6 +83,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(c) => sim::run(c),
+        Command::Advise(a) => advise::advise(a),
         Command::Iod(a) => daemon::iod(a),
         Command::Secret(a) => daemon::secret(a),
         Command::Mds(a) => daemon::mds(a),

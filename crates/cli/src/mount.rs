@@ -44,6 +44,11 @@ pub struct MountArgs {
     /// holds before their write policy must write some down).
     #[arg(long, value_name = "MIB", default_value_t = 8, requires = "nv_dir", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     nv_mib: u64,
+    /// Record every open, read, write, fsync and close that reaches the
+    /// mount into FILE (parcache's JSONL trace, which `parcache sim replay`
+    /// and `parcache advise` read). FILE must not exist yet.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 /// What is at a mount point.
@@ -200,6 +205,20 @@ pub fn mount(a: MountArgs) -> Result<()> {
     if !Path::new("/dev/fuse").exists() {
         bail!("/dev/fuse is missing: this machine cannot mount FUSE file systems (scripts/setup.sh installs fuse3)");
     }
+    let recorder = match &a.record {
+        Some(p) => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "node".into());
+            let node = format!("{}/{}", host.trim(), std::process::id());
+            let r = parcache_fuse::Recorder::create(p, node).with_context(|| {
+                format!(
+                    "--record {}: cannot start a trace there (it must not exist yet)",
+                    p.display()
+                )
+            })?;
+            Some(std::sync::Arc::new(r))
+        }
+        None => None,
+    };
     let rt = crate::daemon::runtime()?;
     let cache = parcache_client::NodeCacheConfig {
         pool_bytes: a.cache_mib << 20,
@@ -217,7 +236,11 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let name = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
     rt.block_on(fs.join_tier(name.display().to_string(), &a.peer_bind))
         .with_context(|| format!("--peer-bind {}", a.peer_bind))?;
-    let session = Mount::new(fs.clone(), rt.handle().clone())
+    let mut m = Mount::new(fs.clone(), rt.handle().clone());
+    if let Some(r) = &recorder {
+        m = m.with_recorder(r.clone());
+    }
+    let session = m
         .spawn(&a.mountpoint)
         .with_context(|| format!("mounting {} (is fusermount3 installed?)", a.mountpoint.display()))?;
     outln!("mounted on {}", a.mountpoint.display())?;
@@ -248,5 +271,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
         tracing::warn!("leaving the cooperative tier: {e}");
     }
     rt.block_on(fs.shutdown())?;
+    if let (Some(r), Some(p)) = (&recorder, &a.record) {
+        r.flush();
+        eprintln!("parcache: trace recorded in {}", p.display());
+    }
     Ok(())
 }

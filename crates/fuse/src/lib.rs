@@ -23,7 +23,11 @@ use std::future::Future;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod recorder;
+use parcache_core::TraceOp;
+pub use recorder::Recorder;
 
 pub use fuser::{BackgroundSession, MountOption};
 
@@ -68,6 +72,8 @@ pub struct Mount {
     /// so offsets stay valid however large the directory.
     dirs: Arc<Mutex<HashMap<u64, Arc<Vec<Listed>>>>>,
     next_dir: u64,
+    /// `--record`: the trace of the operations that reach the mount.
+    recorder: Option<Arc<Recorder>>,
 }
 
 /// One entry of a listing: handle, kind, name.
@@ -82,7 +88,14 @@ impl Mount {
             open: Arc::new(Mutex::new(HashMap::new())),
             dirs: Arc::new(Mutex::new(HashMap::new())),
             next_dir: 1,
+            recorder: None,
         }
+    }
+
+    /// Records every file operation into `recorder` (`mount --record`).
+    pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// Mounts at `mountpoint` and serves in the background until the
@@ -265,6 +278,9 @@ impl Filesystem for Mount {
     }
 
     fn destroy(&mut self) {
+        if let Some(r) = &self.recorder {
+            r.flush();
+        }
         let fs = self.fs.clone();
         if let Err(e) = self.rt.block_on(fs.leave_tier()) {
             tracing::warn!("leaving the cooperative tier: {e}");
@@ -280,7 +296,17 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.entry(async move { fs.lookup(parent, &name).await }, reply);
+        let rec = self.recorder.clone();
+        self.entry(
+            async move {
+                let a = fs.lookup(parent, &name).await?;
+                if let Some(r) = rec {
+                    r.learn(parent, &name, a.handle);
+                }
+                Ok(a)
+            },
+            reply,
+        );
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
@@ -354,8 +380,15 @@ impl Filesystem for Mount {
             Err(e) => return reply.error(e),
         };
         let (uid, gid) = (req.uid(), req.gid());
+        let rec = self.recorder.clone();
         self.entry(
-            async move { owned(&fs, fs.mkdir_at(parent, &name, mode & !umask).await?, uid, gid).await },
+            async move {
+                let a = owned(&fs, fs.mkdir_at(parent, &name, mode & !umask).await?, uid, gid).await?;
+                if let Some(r) = rec {
+                    r.learn(parent, &name, a.handle);
+                }
+                Ok(a)
+            },
             reply,
         );
     }
@@ -394,20 +427,29 @@ impl Filesystem for Mount {
             (Ok(a), Ok(b)) => (a, b),
             _ => return reply.error(22),
         };
+        let rec = self.recorder.clone();
         self.run(async move {
             if flags & RENAME_NOREPLACE != 0 && fs.lookup(newparent, &newname).await.is_ok() {
                 return reply.error(17);
             }
             match fs.rename_at(parent, &name, newparent, &newname).await {
-                Ok(()) => reply.ok(),
+                Ok(()) => {
+                    if let Some(r) = rec {
+                        if let Ok(a) = fs.lookup(newparent, &newname).await {
+                            r.learn(newparent, &newname, a.handle);
+                        }
+                    }
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+    fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let fs = self.fs.clone();
         let open = self.open.clone();
+        let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         self.run(async move {
             let r = async {
                 let a = fs.getattr(ino).await?;
@@ -417,8 +459,13 @@ impl Filesystem for Mount {
             };
             match r.await {
                 Ok((a, how)) => {
+                    let mut fh = 0;
+                    if let Some((r, t, pid)) = rec {
+                        fh = r.opened(pid);
+                        r.log(t, pid, a.handle, TraceOp::Open, 0, u64::from(writes(flags)));
+                    }
                     remember(&open, a);
-                    reply.opened(0, how)
+                    reply.opened(fh, how)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -443,9 +490,13 @@ impl Filesystem for Mount {
             Err(e) => return reply.error(e),
         };
         let (uid, gid) = (req.uid(), req.gid());
+        let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         self.run(async move {
             let r = async {
                 let a = fs.create_at(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
+                if let Some((r, _, _)) = &rec {
+                    r.learn(parent, &name, a.handle);
+                }
                 let a = owned(&fs, a, uid, gid).await?;
                 let a = fs.open(&a, writes(flags)).await?;
                 let how = open_flags(&fs, &a).await?;
@@ -453,8 +504,13 @@ impl Filesystem for Mount {
             };
             match r.await {
                 Ok((a, how)) => {
+                    let mut fh = 0;
+                    if let Some((r, t, pid)) = rec {
+                        fh = r.opened(pid);
+                        r.log(t, pid, a.handle, TraceOp::Open, 0, u64::from(writes(flags)));
+                    }
                     remember(&open, a.clone());
-                    reply.created(&CREATED_TTL, &file_attr(&fs, &a), 0, 0, how)
+                    reply.created(&CREATED_TTL, &file_attr(&fs, &a), 0, fh, how)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -463,9 +519,9 @@ impl Filesystem for Mount {
 
     fn read(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino: u64,
-        _fh: u64,
+        fh: u64,
         offset: i64,
         size: u32,
         _flags: i32,
@@ -474,10 +530,23 @@ impl Filesystem for Mount {
     ) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
+        let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         self.run(async move {
             let r = async { fs.read_at(&attr.await?, offset.max(0) as u64, size as u64).await };
             match r.await {
-                Ok(d) => reply.data(&d),
+                Ok(d) => {
+                    if let Some((r, t, pid)) = rec {
+                        r.log(
+                            t,
+                            r.opener(fh, pid),
+                            ino,
+                            TraceOp::Read,
+                            offset.max(0) as u64,
+                            d.len() as u64,
+                        );
+                    }
+                    reply.data(&d)
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -485,9 +554,9 @@ impl Filesystem for Mount {
 
     fn write(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino: u64,
-        _fh: u64,
+        fh: u64,
         offset: i64,
         data: &[u8],
         _write_flags: u32,
@@ -498,10 +567,23 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
         let data = data.to_vec();
+        let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         self.run(async move {
             let r = async { fs.write_at(&attr.await?, offset.max(0) as u64, &data).await };
             match r.await {
-                Ok(()) => reply.written(data.len() as u32),
+                Ok(()) => {
+                    if let Some((r, t, pid)) = rec {
+                        r.log(
+                            t,
+                            r.opener(fh, pid),
+                            ino,
+                            TraceOp::Write,
+                            offset.max(0) as u64,
+                            data.len() as u64,
+                        );
+                    }
+                    reply.written(data.len() as u32)
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -519,9 +601,9 @@ impl Filesystem for Mount {
 
     fn release(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino: u64,
-        _fh: u64,
+        fh: u64,
         flags: i32,
         _lock_owner: Option<u64>,
         _flush: bool,
@@ -542,13 +624,33 @@ impl Filesystem for Mount {
             return reply.ok();
         };
         let fs = self.fs.clone();
-        self.done(async move { fs.release(&a, writes(flags)).await }, reply);
+        let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
+        self.done(
+            async move {
+                fs.release(&a, writes(flags)).await?;
+                if let Some((r, t, pid)) = rec {
+                    r.log(t, r.closed(fh, pid), a.handle, TraceOp::Close, 0, 0);
+                }
+                Ok(())
+            },
+            reply,
+        );
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&mut self, req: &Request<'_>, ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
-        self.done(async move { fs.fsync(&attr.await?).await }, reply);
+        let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
+        self.done(
+            async move {
+                fs.fsync(&attr.await?).await?;
+                if let Some((r, t, pid)) = rec {
+                    r.log(t, r.opener(fh, pid), ino, TraceOp::Fsync, 0, 0);
+                }
+                Ok(())
+            },
+            reply,
+        );
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -703,9 +805,9 @@ impl Filesystem for Mount {
     /// 16 MiB per call; callers loop on a short count).
     fn copy_file_range(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino_in: u64,
-        _fh_in: u64,
+        fh_in: u64,
         offset_in: i64,
         ino_out: u64,
         _fh_out: u64,
@@ -720,17 +822,28 @@ impl Filesystem for Mount {
         }
         let fs = self.fs.clone();
         let (src, dst) = (self.attr_of(ino_in), self.attr_of(ino_out));
+        let rec = self.recorder.clone();
+        let pid = rec.as_ref().map_or(0, |r| r.opener(fh_in, req.pid()));
         self.run(async move {
             let r = async {
                 let (src, dst) = (src.await?, dst.await?);
                 let mut done = 0u64;
                 while done < len.min(MOST) {
                     let piece = (len.min(MOST) - done).min(MAX_IO as u64);
-                    let d = fs.read_at(&src, offset_in as u64 + done, piece).await?;
+                    let (at_in, at_out) = (offset_in as u64 + done, offset_out as u64 + done);
+                    let t = Instant::now();
+                    let d = fs.read_at(&src, at_in, piece).await?;
                     if d.is_empty() {
                         break;
                     }
-                    fs.write_at(&dst, offset_out as u64 + done, &d).await?;
+                    if let Some(r) = &rec {
+                        r.log(t, pid, ino_in, TraceOp::Read, at_in, d.len() as u64);
+                    }
+                    let t = Instant::now();
+                    fs.write_at(&dst, at_out, &d).await?;
+                    if let Some(r) = &rec {
+                        r.log(t, pid, ino_out, TraceOp::Write, at_out, d.len() as u64);
+                    }
                     done += d.len() as u64;
                 }
                 Ok::<_, FsError>(done)

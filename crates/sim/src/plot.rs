@@ -90,3 +90,76 @@ pub fn draw(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
+
+/// One bar of [`bars`]: a label and two values drawn one over the other
+/// (the second, at least as long, lighter behind the first).
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub behind: f64,
+}
+
+/// Horizontal bars, top to bottom in the given order, into an SVG file
+/// (the advisor's comparison of policy combinations).
+pub fn bars(path: &Path, title: &str, x_label: &str, legend: (&str, &str), rows: &[Bar]) -> Result<(), String> {
+    let height = 110 + 26 * rows.len().max(1) as u32;
+    let root = SVGBackend::new(path, (980, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let x1 = rows.iter().map(|b| b.value.max(b.behind)).fold(0.0, f64::max) * 1.05;
+    let n = rows.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(12)
+        .build_cartesian_2d(0.0..x1.max(1e-9), 0.0..n.max(1.0))
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .disable_y_mesh()
+        .disable_y_axis()
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(|e| err(&e))?;
+    let (front, back) = (COLORS[0].mix(0.5), COLORS[0].mix(0.18));
+    // Row i is drawn from the top.
+    let y = |i: usize| n - i as f64;
+    chart
+        .draw_series(
+            rows.iter()
+                .enumerate()
+                .map(|(i, b)| Rectangle::new([(0.0, y(i) - 0.85), (b.behind, y(i) - 0.15)], back.filled())),
+        )
+        .map_err(|e| err(&e))?
+        .label(legend.1)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], back.filled()));
+    chart
+        .draw_series(
+            rows.iter()
+                .enumerate()
+                .map(|(i, b)| Rectangle::new([(0.0, y(i) - 0.85), (b.value, y(i) - 0.15)], front.filled())),
+        )
+        .map_err(|e| err(&e))?
+        .label(legend.0)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], front.filled()));
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, b)| {
+            Text::new(
+                b.label.clone(),
+                (x1 * 0.01, y(i) - 0.3),
+                ("sans-serif", 13).into_font().color(&BLACK),
+            )
+        }))
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

@@ -4,6 +4,7 @@
 //! measuring time, disk traffic and hit ratios ([`model`]); [`advise`]
 //! sweeps the combinations a trace's sharing allows and ranks them.
 
+pub mod advise;
 pub mod choice;
 pub mod cluster;
 pub mod model;

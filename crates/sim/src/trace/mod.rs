@@ -209,7 +209,7 @@ impl Trace {
     /// Sorts by time (stably), starts the clock at the first operation,
     /// and gives every (node, process, file) without an open a session
     /// around its accesses.
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.ops.sort_by(|a, b| a.time.total_cmp(&b.time));
         let t0 = self.ops.first().map_or(0.0, |o| o.time);
         for o in &mut self.ops {
@@ -275,6 +275,42 @@ impl Trace {
         // (stable: an open stays before the access it precedes).
         out.sort_by(|a, b| a.time.total_cmp(&b.time));
         self.ops = out;
+    }
+
+    /// The operations that start in `[start, end)` seconds, as a trace of
+    /// their own (its clock starting at its first operation). A process's
+    /// session on a file cut by the window's start becomes one session
+    /// around its accesses in the window.
+    pub fn window(&self, start: f64, end: f64) -> Trace {
+        let kept: Vec<Op> = self
+            .ops
+            .iter()
+            .filter(|o| o.time >= start && o.time < end)
+            .copied()
+            .collect();
+        let mut first: HashMap<(u32, u64, u32), TraceOp> = HashMap::new();
+        for o in &kept {
+            first.entry((o.node, o.process, o.file)).or_insert(o.kind);
+        }
+        let ops = kept
+            .into_iter()
+            .filter(|o| {
+                !matches!(o.kind, TraceOp::Open | TraceOp::Close)
+                    || first[&(o.node, o.process, o.file)] == TraceOp::Open
+            })
+            .collect();
+        let mut t = Trace {
+            format: self.format,
+            files: self.files.clone(),
+            nodes: self.nodes.clone(),
+            ops,
+            notes: self.notes.clone(),
+        };
+        t.notes.push(format!(
+            "only the operations that start from {start} s to {end} s are replayed"
+        ));
+        t.finish();
+        t
     }
 
     /// The trace at a glance.
@@ -364,5 +400,31 @@ mod tests {
         let e = load(&p).unwrap_err().to_string();
         assert!(e.contains("not UTF-8"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_window_keeps_its_operations_and_mends_cut_sessions() {
+        let csv = format!(
+            "{}\n0,a,1,/f,open,0,1,0\n1,a,1,/f,write,0,10,0\n5,a,1,/f,write,10,10,0\n6,a,1,/f,close,0,0,0\n\
+             7,a,1,/g,open,0,0,0\n8,a,1,/g,read,0,10,0\n9,a,1,/g,close,0,0,0\n",
+            parcache_core::trace::CSV_HEADER
+        );
+        let mut t = records::parse_csv(&csv).unwrap();
+        t.finish();
+        let w = t.window(4.0, 8.5);
+        let kinds: Vec<(TraceOp, f64)> = w.ops.iter().map(|o| (o.kind, o.time)).collect();
+        // /f's session began before the window: one session around its
+        // write in it; /g's own open and read stay, its close is cut off.
+        assert_eq!(
+            kinds,
+            vec![
+                (TraceOp::Open, 0.0),
+                (TraceOp::Write, 0.0),
+                (TraceOp::Close, 0.0),
+                (TraceOp::Open, 2.0),
+                (TraceOp::Read, 3.0)
+            ]
+        );
+        assert!(w.notes.iter().any(|n| n.contains("from 4 s to 8.5 s")), "{:?}", w.notes);
     }
 }

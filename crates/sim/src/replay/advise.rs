@@ -1,0 +1,656 @@
+//! The policy advisor (`parcache advise TRACE`, docs/advisor.md): replays
+//! a trace under every combination of node policies its sharing allows,
+//! ranks them, and recommends one combination per directory.
+//!
+//! What a file's sharing allows (DESIGN.md §3's consistency catalogue):
+//! - used by one node, or only read by several: any plug-in, `none` too;
+//! - written by one node and used by another, never at the same time, or
+//!   at the same time on bytes no other node touches: the plug-ins that
+//!   revalidate at open or write through (`close-to-open`, `nfs`,
+//!   `session`, `sprite`, `posix`, `sync-write`);
+//! - bytes one node writes while another node has the file open and uses
+//!   them: only the plug-ins that keep concurrent writers coherent
+//!   (`sprite`, `posix`, `sync-write`).
+//!
+//! The sweep covers every write, replacement and prefetch policy, every
+//! consistency plug-in the least-shared file allows (a file that allows
+//! fewer never gets one it does not allow recommended), and cooperative
+//! caching (`none`, `greedy`, `n-chance`) where the cluster has more than
+//! one node. `posix` caches nothing, so the other policies cannot change
+//! its result: it runs once.
+
+use super::{replay, Choice, ClusterModel, Outcome, ReplayError};
+use crate::trace::Trace;
+use parcache_core::cooperative::CooperativeKind;
+use parcache_core::{ConsistencyKind, PrefetchKind, ReplacementKind, TraceOp, WritePolicyKind};
+use std::collections::{BTreeMap, HashMap};
+
+/// How a file is shared in a trace, from least to most demanding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sharing {
+    /// One node uses it.
+    Private,
+    /// Several nodes use it; none writes.
+    ReadShared,
+    /// Written on one node, used on another, never while both have it open.
+    Sequential,
+    /// Open on several nodes at once with writes, but no node touches
+    /// bytes another writes.
+    Disjoint,
+    /// A node reads or writes bytes another node writes while both have
+    /// the file open.
+    Conflicting,
+}
+
+impl Sharing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sharing::Private => "private",
+            Sharing::ReadShared => "read-shared",
+            Sharing::Sequential => "shared in turn",
+            Sharing::Disjoint => "concurrent, disjoint bytes",
+            Sharing::Conflicting => "concurrent, same bytes",
+        }
+    }
+
+    /// Whether a consistency plug-in keeps this sharing correct.
+    pub fn allows(self, c: ConsistencyKind) -> bool {
+        use ConsistencyKind as C;
+        match self {
+            Sharing::Private | Sharing::ReadShared => true,
+            Sharing::Sequential | Sharing::Disjoint => !matches!(c, C::None | C::Capfs(_)),
+            Sharing::Conflicting => matches!(c, C::Sprite | C::Posix | C::SyncWrite),
+        }
+    }
+}
+
+/// Each file's sharing (by file index), from the trace's sessions and the
+/// bytes each node touches. Byte conflicts are looked for over the whole
+/// trace, not only while sessions overlap, so a file can be judged more
+/// shared than it is, never less.
+pub fn sharing(trace: &Trace) -> Vec<Sharing> {
+    let n = trace.files.len();
+    let mut nodes: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut written = vec![false; n];
+    // Sessions: (start, end, node, writes) per file.
+    let mut sessions: Vec<Vec<(f64, f64, u32, bool)>> = vec![Vec::new(); n];
+    let mut open: HashMap<(u32, u64, u32), Vec<usize>> = HashMap::new();
+    // Byte ranges: (start, end, node, write) per file.
+    let mut ranges: Vec<Vec<(u64, u64, u32, bool)>> = vec![Vec::new(); n];
+    for o in &trace.ops {
+        let f = o.file as usize;
+        let key = (o.node, o.process, o.file);
+        match o.kind {
+            TraceOp::Open => {
+                sessions[f].push((o.time, f64::INFINITY, o.node, false));
+                open.entry(key).or_default().push(sessions[f].len() - 1);
+            }
+            TraceOp::Close => {
+                if let Some(i) = open.get_mut(&key).and_then(Vec::pop) {
+                    sessions[f][i].1 = o.time + o.duration;
+                }
+            }
+            TraceOp::Read | TraceOp::Write => {
+                let w = o.kind == TraceOp::Write;
+                if !nodes[f].contains(&o.node) {
+                    nodes[f].push(o.node);
+                }
+                written[f] |= w;
+                if let Some(&i) = open.get(&key).and_then(|s| s.last()) {
+                    sessions[f][i].3 |= w;
+                }
+                if o.length > 0 {
+                    ranges[f].push((o.offset, o.offset.saturating_add(o.length), o.node, w));
+                }
+            }
+            TraceOp::Fsync => {}
+        }
+    }
+    (0..n)
+        .map(|f| {
+            if nodes[f].len() <= 1 {
+                Sharing::Private
+            } else if !written[f] {
+                Sharing::ReadShared
+            } else if !concurrent_writes(&mut sessions[f]) {
+                Sharing::Sequential
+            } else if byte_conflict(&mut ranges[f]) {
+                Sharing::Conflicting
+            } else {
+                Sharing::Disjoint
+            }
+        })
+        .collect()
+}
+
+/// Whether two nodes' sessions overlap in time while one of them writes.
+fn concurrent_writes(s: &mut [(f64, f64, u32, bool)]) -> bool {
+    s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut writes, mut any) = (Latest::default(), Latest::default());
+    for &(start, end, node, w) in s.iter() {
+        // Overlaps another node's writing session, or writes while
+        // another node's session is open.
+        if writes.other_than(node) > start || (w && any.other_than(node) > start) {
+            return true;
+        }
+        if w {
+            writes.add(end, node);
+        }
+        any.add(end, node);
+    }
+    false
+}
+
+/// Whether a node touches bytes another node writes.
+fn byte_conflict(r: &mut [(u64, u64, u32, bool)]) -> bool {
+    r.sort_unstable();
+    let (mut writes, mut any) = (LatestU::default(), LatestU::default());
+    for &(start, end, node, w) in r.iter() {
+        let hit_writer = writes.other_than(node) > start;
+        let hit_any = any.other_than(node) > start;
+        if hit_writer || (w && hit_any) {
+            return true;
+        }
+        if w {
+            writes.add(end, node);
+        }
+        any.add(end, node);
+    }
+    false
+}
+
+/// The two latest ends seen, from two different nodes: enough to answer
+/// "does an interval of a node other than this one reach past here?".
+#[derive(Default)]
+struct Latest {
+    top: Option<(f64, u32)>,
+    second: Option<(f64, u32)>,
+}
+
+impl Latest {
+    fn add(&mut self, end: f64, node: u32) {
+        match self.top {
+            Some((e, n)) if n == node => self.top = Some((e.max(end), n)),
+            Some((e, n)) if end > e => {
+                self.second = Some((e, n));
+                self.top = Some((end, node));
+            }
+            Some(_) => match self.second {
+                Some((e, n)) if n != node && e >= end => {}
+                _ => self.second = Some((end, node)),
+            },
+            None => self.top = Some((end, node)),
+        }
+        if let (Some((e1, n1)), Some((e2, n2))) = (self.top, self.second) {
+            if n1 == n2 {
+                self.top = Some((e1.max(e2), n1));
+                self.second = None;
+            }
+        }
+    }
+
+    fn other_than(&self, node: u32) -> f64 {
+        [self.top, self.second]
+            .into_iter()
+            .flatten()
+            .find(|&(_, n)| n != node)
+            .map_or(f64::NEG_INFINITY, |(e, _)| e)
+    }
+}
+
+/// [`Latest`] over byte offsets.
+#[derive(Default)]
+struct LatestU(Latest);
+
+impl LatestU {
+    fn add(&mut self, end: u64, node: u32) {
+        self.0.add(end as f64, node)
+    }
+    fn other_than(&self, node: u32) -> u64 {
+        let e = self.0.other_than(node);
+        if e < 0.0 {
+            0
+        } else {
+            e as u64
+        }
+    }
+}
+
+/// The policies a sweep tries, key by key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Space {
+    pub write: Vec<WritePolicyKind>,
+    pub replacement: Vec<ReplacementKind>,
+    pub prefetch: Vec<PrefetchKind>,
+    pub consistency: Vec<ConsistencyKind>,
+    pub cooperative: Vec<CooperativeKind>,
+}
+
+impl Space {
+    /// Everything a trace's sharing allows on a cluster of `nodes` nodes:
+    /// the consistency plug-ins its least-shared file allows.
+    pub fn for_trace(sharing: &[Sharing], nodes: usize) -> Space {
+        let least = sharing.iter().copied().min().unwrap_or(Sharing::Private);
+        Space {
+            write: WritePolicyKind::ALL.to_vec(),
+            replacement: ReplacementKind::ALL.to_vec(),
+            prefetch: PrefetchKind::ALL.to_vec(),
+            consistency: ConsistencyKind::ALL.into_iter().filter(|c| least.allows(*c)).collect(),
+            cooperative: if nodes > 1 {
+                vec![
+                    CooperativeKind::None,
+                    CooperativeKind::NChance { n: 0 },
+                    CooperativeKind::NChance {
+                        n: CooperativeKind::DEFAULT_N,
+                    },
+                ]
+            } else {
+                vec![CooperativeKind::None]
+            },
+        }
+    }
+
+    /// Narrows (or sets) one key's values from `key=v1,v2,…`, the values
+    /// as `parcache policy set` takes them (commas inside parentheses
+    /// belong to a value).
+    pub fn only(&mut self, kv: &str) -> Result<(), String> {
+        let (k, vs) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("'{kv}' is not key=value[,value…] (e.g. write=write-back,write-through)"))?;
+        let values = split_top_level(vs);
+        if values.iter().any(|v| v.trim().is_empty()) {
+            return Err(format!("'{kv}': an empty value"));
+        }
+        let mut c = Choice::default();
+        let mut parsed = Vec::new();
+        for v in &values {
+            c.set(&format!("{k}={}", v.trim()))?;
+            parsed.push(c);
+        }
+        match k.trim() {
+            "write" => self.write = parsed.iter().map(|c| c.write).collect(),
+            "replacement" => self.replacement = parsed.iter().map(|c| c.replacement).collect(),
+            "prefetch" => self.prefetch = parsed.iter().map(|c| c.prefetch).collect(),
+            "consistency" => self.consistency = parsed.iter().map(|c| c.consistency).collect(),
+            "cooperative" => self.cooperative = parsed.iter().map(|c| c.cooperative).collect(),
+            _ => unreachable!("Choice::set accepted only the five keys"),
+        }
+        Ok(())
+    }
+
+    /// Every combination, in a fixed order, `posix` once (it caches
+    /// nothing), and parcache's default first (the baseline every row is
+    /// compared with) whether or not the space holds it.
+    pub fn choices(&self) -> Vec<Choice> {
+        let mut out = vec![Choice::default()];
+        let mut posix_done = false;
+        for &consistency in &self.consistency {
+            for &cooperative in &self.cooperative {
+                for &write in &self.write {
+                    for &replacement in &self.replacement {
+                        for &prefetch in &self.prefetch {
+                            let mut c = Choice {
+                                write,
+                                replacement,
+                                prefetch,
+                                consistency,
+                                cooperative,
+                            };
+                            if consistency == ConsistencyKind::Posix {
+                                if posix_done {
+                                    continue;
+                                }
+                                posix_done = true;
+                                c = Choice {
+                                    consistency,
+                                    ..Choice::default()
+                                };
+                            }
+                            if !out.contains(&c) {
+                                out.push(c);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn split_top_level(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
+    for ch in s.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    out.push(cur);
+    out
+}
+
+/// One replay of the sweep.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub choice: Choice,
+    pub outcome: Outcome,
+}
+
+/// Replays `trace` under each choice on up to `threads` threads, calling
+/// `done` after each; results in the choices' order.
+pub fn sweep(
+    trace: &Trace,
+    cluster: &ClusterModel,
+    choices: &[Choice],
+    threads: usize,
+    done: &(dyn Fn() + Sync),
+) -> Result<Vec<Run>, ReplayError> {
+    crate::parallel::map(
+        choices,
+        threads,
+        |c| replay(trace, cluster, c).map(|outcome| Run { choice: *c, outcome }),
+        done,
+    )
+    .into_iter()
+    .collect()
+}
+
+/// The advisor's answer.
+#[derive(Clone, Debug)]
+pub struct Advice {
+    /// The runs, best first ([`RankBy`]), then by time until all data is
+    /// on disk, bytes to disk, and the sweep's order.
+    pub ranked: Vec<Run>,
+    /// Index in `ranked` of parcache's default.
+    pub default: usize,
+    /// Per run in `ranked`: whether its consistency is correct for every
+    /// file of the trace (only those may be applied to the whole trace).
+    pub safe: Vec<bool>,
+    /// Per run in `ranked`: the index of an earlier run with exactly the
+    /// same outcome, if any (the policies that differ made no difference).
+    pub same_as: Vec<Option<usize>>,
+    pub dirs: Vec<DirAdvice>,
+    /// Files per sharing, for the summary.
+    pub sharing: BTreeMap<Sharing, usize>,
+}
+
+/// The recommendation for one directory's files.
+#[derive(Clone, Debug)]
+pub struct DirAdvice {
+    pub dir: String,
+    pub files: usize,
+    /// Its most demanding file's sharing.
+    pub sharing: Sharing,
+    /// Index in `ranked` of the best run for these files among those their
+    /// sharing allows.
+    pub best: usize,
+    /// Seconds these files' operations took under that run and under the
+    /// default.
+    pub time: f64,
+    pub default_time: f64,
+}
+
+/// The directory part of a traced path, `.` and `..` resolved by name
+/// (`.` for a bare name).
+pub fn dir_of(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.pop();
+    match (path.starts_with('/'), parts.is_empty()) {
+        (true, _) => format!("/{}", parts.join("/")),
+        (false, true) => ".".to_string(),
+        (false, false) => parts.join("/"),
+    }
+}
+
+/// What the ranking puts first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RankBy {
+    /// The time the processes spent waiting on the file system, added up:
+    /// what the policies change, whatever the program computes between.
+    #[default]
+    IoTime,
+    /// When the last operation finished (the job's time as replayed);
+    /// within 0.1 % of the best counts as equal, the I/O time deciding.
+    Elapsed,
+}
+
+/// Ranks the runs and picks each directory's best (by the time its files'
+/// operations took, added up).
+pub fn advise(trace: &Trace, runs: Vec<Run>, by: RankBy) -> Advice {
+    let share = sharing(trace);
+    let mut ranked = runs;
+    // A trace's idle time can dwarf what the policies change: by elapsed
+    // time, runs within 0.1 % of the best are equals. Stable: equal
+    // outcomes keep the sweep's order.
+    let best = ranked.iter().map(|r| r.outcome.elapsed).fold(f64::INFINITY, f64::min);
+    let step = if best.is_finite() && best > 0.0 {
+        best * 1e-3
+    } else {
+        1e-9
+    };
+    let bucket = |r: &Run| match by {
+        RankBy::Elapsed => (r.outcome.elapsed / step).round() as u64,
+        RankBy::IoTime => 0,
+    };
+    ranked.sort_by(|a, b| {
+        let (x, y) = (&a.outcome, &b.outcome);
+        bucket(a)
+            .cmp(&bucket(b))
+            .then(x.io_time.total_cmp(&y.io_time))
+            .then(x.elapsed.total_cmp(&y.elapsed))
+            .then(x.drained.total_cmp(&y.drained))
+            .then(x.disk_write_bytes.cmp(&y.disk_write_bytes))
+    });
+    let default = ranked.iter().position(|r| r.choice == Choice::default()).unwrap_or(0);
+    let worst = share.iter().copied().max().unwrap_or(Sharing::Private);
+    let safe = ranked.iter().map(|r| worst.allows(r.choice.consistency)).collect();
+    let same_as = (0..ranked.len())
+        .map(|i| (0..i).find(|&j| ranked[j].outcome == ranked[i].outcome))
+        .collect();
+    let mut by_dir: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (f, name) in trace.files.iter().enumerate() {
+        by_dir.entry(dir_of(name)).or_default().push(f);
+    }
+    let dirs = by_dir
+        .into_iter()
+        .filter_map(|(dir, files)| {
+            let sharing = files.iter().map(|&f| share[f]).max()?;
+            let time = |r: &Run| files.iter().map(|&f| r.outcome.file_time[f]).sum::<f64>();
+            let best = (0..ranked.len())
+                .filter(|&i| sharing.allows(ranked[i].choice.consistency))
+                .min_by(|&a, &b| time(&ranked[a]).total_cmp(&time(&ranked[b])).then(a.cmp(&b)))?;
+            Some(DirAdvice {
+                dir,
+                files: files.len(),
+                sharing,
+                best,
+                time: time(&ranked[best]),
+                default_time: time(&ranked[default]),
+            })
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    for s in &share {
+        *counts.entry(*s).or_insert(0) += 1;
+    }
+    Advice {
+        ranked,
+        default,
+        safe,
+        same_as,
+        dirs,
+        sharing: counts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::records::parse_csv;
+
+    fn trace(csv: &str) -> Trace {
+        let mut t = parse_csv(&format!("{}\n{csv}", parcache_core::trace::CSV_HEADER)).unwrap();
+        t.finish();
+        t
+    }
+
+    #[test]
+    fn sharing_is_told_from_sessions_and_bytes() {
+        let t = trace(
+            "0,a,1,/p/private,open,0,1,0\n\
+             0.1,a,1,/p/private,write,0,100,0\n\
+             0.2,a,1,/p/private,close,0,0,0\n\
+             0,a,1,/r/input,read,0,100,0\n\
+             0,b,1,/r/input,read,0,100,0\n\
+             1,a,1,/s/handoff,open,0,1,0\n\
+             1.1,a,1,/s/handoff,write,0,100,0\n\
+             1.2,a,1,/s/handoff,close,0,0,0\n\
+             2,b,1,/s/handoff,open,0,0,0\n\
+             2.1,b,1,/s/handoff,read,0,100,0\n\
+             2.2,b,1,/s/handoff,close,0,0,0\n\
+             3,a,1,/d/parts,open,0,1,0\n\
+             3,b,1,/d/parts,open,0,1,0\n\
+             3.1,a,1,/d/parts,write,0,100,0\n\
+             3.1,b,1,/d/parts,write,100,100,0\n\
+             3.2,a,1,/d/parts,close,0,0,0\n\
+             3.2,b,1,/d/parts,close,0,0,0\n\
+             4,a,1,/c/same,open,0,1,0\n\
+             4,b,1,/c/same,open,0,0,0\n\
+             4.1,a,1,/c/same,write,0,100,0\n\
+             4.1,b,1,/c/same,read,50,10,0\n\
+             4.2,a,1,/c/same,close,0,0,0\n\
+             4.2,b,1,/c/same,close,0,0,0\n",
+        );
+        let s = sharing(&t);
+        let of = |name: &str| s[t.files.iter().position(|f| f == name).unwrap()];
+        assert_eq!(of("/p/private"), Sharing::Private);
+        assert_eq!(of("/r/input"), Sharing::ReadShared);
+        assert_eq!(of("/s/handoff"), Sharing::Sequential);
+        assert_eq!(of("/d/parts"), Sharing::Disjoint);
+        assert_eq!(of("/c/same"), Sharing::Conflicting);
+        // Conflicting sharing allows only the coherent plug-ins.
+        assert!(!Sharing::Conflicting.allows(ConsistencyKind::CloseToOpen));
+        assert!(Sharing::Conflicting.allows(ConsistencyKind::SyncWrite));
+        assert!(!Sharing::Sequential.allows(ConsistencyKind::None));
+        assert!(Sharing::Private.allows(ConsistencyKind::None));
+    }
+
+    #[test]
+    fn directories_are_resolved_by_name() {
+        assert_eq!(dir_of("/a/build/../bench/f"), "/a/bench");
+        assert_eq!(dir_of("/f"), "/");
+        assert_eq!(dir_of("f"), ".");
+        assert_eq!(dir_of("d/./f"), "d");
+    }
+
+    #[test]
+    fn latest_answers_for_other_nodes() {
+        let mut l = Latest::default();
+        l.add(5.0, 1);
+        l.add(9.0, 1);
+        assert_eq!(l.other_than(1), f64::NEG_INFINITY);
+        assert_eq!(l.other_than(2), 9.0);
+        l.add(7.0, 2);
+        assert_eq!(l.other_than(1), 7.0);
+        l.add(3.0, 3);
+        assert_eq!(l.other_than(1), 7.0);
+        l.add(12.0, 3);
+        assert_eq!(l.other_than(3), 9.0);
+        assert_eq!(l.other_than(1), 12.0);
+    }
+
+    #[test]
+    fn space_counts_posix_once_and_narrows_by_name() {
+        let one = Space::for_trace(&[Sharing::Private], 1);
+        let c = one.choices();
+        // 7 write × 2 replacement × 3 prefetch × 6 caching plug-ins, posix once.
+        assert_eq!(c.len(), 7 * 2 * 3 * 6 + 1);
+        assert_eq!(c[0], Choice::default());
+        assert_eq!(c.iter().filter(|c| c.consistency == ConsistencyKind::Posix).count(), 1);
+        let shared = Space::for_trace(&[Sharing::Conflicting], 3);
+        assert_eq!(
+            shared.consistency,
+            vec![
+                ConsistencyKind::Sprite,
+                ConsistencyKind::Posix,
+                ConsistencyKind::SyncWrite
+            ]
+        );
+        assert_eq!(shared.cooperative.len(), 3);
+        let mut s = one.clone();
+        s.only("write=write-back,periodic(interval=5s,age=30s)").unwrap();
+        assert_eq!(s.write.len(), 2);
+        s.only("cooperative=n-chance(n=1)").unwrap();
+        assert_eq!(s.cooperative, vec![CooperativeKind::NChance { n: 1 }]);
+        assert!(s.only("write=sometimes").unwrap_err().contains("write"));
+        assert!(s.only("colour=red").is_err());
+        assert!(s.only("write=a,,b").is_err());
+    }
+
+    #[test]
+    fn advice_ranks_by_time_and_keeps_each_directory_within_its_sharing() {
+        // Two nodes take turns on /s/log; /p/scratch is private to node a
+        // and is written again and again (write-back saves its rewrites).
+        let mut csv = String::new();
+        for i in 0..40 {
+            let t = i as f64;
+            csv += &format!("{t},a,1,/p/scratch,write,0,65536,0\n");
+        }
+        csv += "41,a,1,/s/log,open,0,1,0\n41.1,a,1,/s/log,write,0,65536,0\n41.2,a,1,/s/log,close,0,0,0\n";
+        csv += "42,b,1,/s/log,open,0,0,0\n42.1,b,1,/s/log,read,0,65536,0\n42.2,b,1,/s/log,close,0,0,0\n";
+        let t = trace(&csv);
+        let share = sharing(&t);
+        let mut space = Space::for_trace(&share, 2);
+        space.only("replacement=lru").unwrap();
+        space.only("prefetch=none").unwrap();
+        space.only("cooperative=none").unwrap();
+        space.only("write=write-through,write-back").unwrap();
+        // The private file lets `none` into the sweep.
+        assert!(space.consistency.contains(&ConsistencyKind::None));
+        let choices = space.choices();
+        let runs = sweep(&t, &ClusterModel::default(), &choices, 2, &|| {}).unwrap();
+        let again = sweep(&t, &ClusterModel::default(), &choices, 1, &|| {}).unwrap();
+        assert!(
+            runs.iter().zip(&again).all(|(a, b)| a.outcome == b.outcome),
+            "same inputs, same runs"
+        );
+        let by_elapsed = advise(&t, runs.clone(), RankBy::Elapsed);
+        let best = by_elapsed.ranked[0].outcome.elapsed;
+        for w in by_elapsed.ranked.windows(2) {
+            assert!(w[0].outcome.elapsed <= w[1].outcome.elapsed + best * 2e-3);
+        }
+        let a = advise(&t, runs, RankBy::IoTime);
+        for w in a.ranked.windows(2) {
+            assert!(w[0].outcome.io_time <= w[1].outcome.io_time);
+        }
+        assert_eq!(a.ranked[a.default].choice, Choice::default());
+        let dir = |d: &str| a.dirs.iter().find(|x| x.dir == d).unwrap();
+        let s = dir("/s");
+        assert_eq!(s.sharing, Sharing::Sequential);
+        assert_ne!(a.ranked[s.best].choice.consistency, ConsistencyKind::None);
+        let p = dir("/p");
+        assert_eq!(p.sharing, Sharing::Private);
+        assert!(p.time <= p.default_time);
+        // Runs that use `none` are not safe for the whole trace.
+        for (r, safe) in a.ranked.iter().zip(&a.safe) {
+            assert_eq!(*safe, r.choice.consistency != ConsistencyKind::None, "{}", r.choice);
+        }
+    }
+}
