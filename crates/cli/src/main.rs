@@ -10,6 +10,7 @@ macro_rules! outln {
 }
 
 mod advise;
+mod calibrate;
 mod cluster;
 mod daemon;
 mod fs;

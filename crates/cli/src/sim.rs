@@ -26,6 +26,10 @@ pub enum SimCommand {
     /// Replay a real trace (Darshan DXT, parcache CSV/JSONL, block traces)
     /// through the policies on a modelled cluster.
     Replay(crate::replay::ReplayArgs),
+    /// Measure this machine (memory copies, loopback TCP, the disk and its
+    /// fsync, and with --data a running cluster's round trips) and write a
+    /// cluster model for `replay`/`advise --cluster FILE.toml`.
+    CalibrateCluster(crate::calibrate::CalibrateArgs),
     /// Refit the 1992 model's two overhead constants on their two published cells.
     Calibrate {
         /// Seed of the workload used for fitting.
@@ -127,6 +131,7 @@ pub fn run(cmd: SimCommand) -> Result<()> {
         SimCommand::Run(a) => run_scenarios(a),
         SimCommand::Kotz(a) => run_kotz(a),
         SimCommand::Replay(a) => crate::replay::replay(a),
+        SimCommand::CalibrateCluster(a) => crate::calibrate::calibrate(a),
         SimCommand::Calibrate { seed } => {
             let f = kotz92::fit(seed);
             out!("fitted on lw1 one-block records (seed {seed}):");

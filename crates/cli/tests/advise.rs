@@ -64,6 +64,39 @@ fn recorded_runs_replay_advise_and_apply() {
     let all = base.join("all.jsonl");
     std::fs::write(&all, format!("{ra}{}", std::fs::read_to_string(&tb).unwrap())).unwrap();
     let all = all.to_str().unwrap();
+    // A model of this machine and cluster, measured, is what replay reads.
+    let model = base.join("here.toml");
+    let (ok, _, err) = parcache(&[
+        "sim",
+        "calibrate-cluster",
+        "--dir",
+        base.to_str().unwrap(),
+        "--mib",
+        "4",
+        "--data",
+        c.d(),
+        "--out",
+        model.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("meta_us =") && err.contains("disk_mbps ="), "{err}");
+    let (ok, out, err) = parcache(&[
+        "sim",
+        "replay",
+        all,
+        "--format",
+        "json",
+        "--cluster",
+        model.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["cluster"]["meta_us"].as_f64().unwrap() > 0.0);
+    assert_ne!(
+        v["cluster"]["meta_us"].as_f64(),
+        Some(40.0),
+        "measured, not the default"
+    );
     let (ok, out, err) = parcache(&["sim", "replay", all, "--format", "json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -126,6 +159,8 @@ fn advise_names_bad_input_before_sweeping() {
     assert!(!ok && err.contains("pc:/DIR"), "{err}");
     let (ok, _, err) = parcache(&["advise", t, "--apply", "pc:/x"]);
     assert!(!ok && err.contains("--data"), "{err}");
+    let (ok, _, err) = parcache(&["sim", "calibrate-cluster", "--dir", "/no/such/dir", "--mib", "1"]);
+    assert!(!ok && err.contains("/no/such/dir"), "{err}");
     let (ok, _, err) = parcache(&["advise", t, "--window", "10..20"]);
     assert!(!ok && err.contains("no reads or writes"), "{err}");
     let (ok, _, err) = parcache(&["advise", t, "--only", "write=maybe"]);
