@@ -253,6 +253,18 @@ fn print_ranking(a: &Advice, top: usize, by: RankBy) -> Result<()> {
 fn print_dirs(a: &Advice) -> Result<()> {
     out!("");
     out!("recommended per directory (the best run for its files among those their sharing allows):");
+    for (dir, sharing) in &a.unadvised {
+        out!(
+            "  {dir} ({}): no combination swept keeps it correct; widen --only consistency=… (it needs one of: {})",
+            sharing.name(),
+            parcache_core::ConsistencyKind::ALL
+                .iter()
+                .filter(|c| sharing.allows(**c))
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     for d in &a.dirs {
         let c = &a.ranked[d.best].choice;
         out!(
@@ -291,6 +303,7 @@ fn json(a: &AdviseArgs, trace: &parcache_sim::trace::Trace, adv: &Advice, took: 
         "notes": trace.notes,
         "sharing": adv.sharing.iter().map(|(s, n)| (s.name().to_string(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
         "sweep_seconds": took,
+        "unadvised": adv.unadvised.iter().map(|(d, s)| serde_json::json!({"dir": d, "sharing": s})).collect::<Vec<_>>(),
         "ranked": (0..adv.ranked.len()).map(row).collect::<Vec<_>>(),
         "directories": adv.dirs.iter().map(|d| serde_json::json!({
             "dir": d.dir,

@@ -237,6 +237,7 @@ fn advise(
         "sharing": a.sharing.iter().map(|(s, n)| (s.name().to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
         "ranked": ranked,
         "directories": dirs,
+        "unadvised": a.unadvised.iter().map(|(d, s)| serde_json::json!({"dir": d, "sharing": s.name()})).collect::<Vec<_>>(),
     });
     to_py(py, &v)
 }

@@ -1,4 +1,4 @@
-"""parcache from Python (docs/python.md).
+"""parcache from Python (docs/advisor.md, "Python").
 
 The simulator and the advisor run the same code as ``parcache sim`` and
 ``parcache advise`` and return plain dicts; ``frame`` turns a list of rows

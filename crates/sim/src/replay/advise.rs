@@ -378,6 +378,9 @@ pub struct Advice {
     /// same outcome, if any (the policies that differ made no difference).
     pub same_as: Vec<Option<usize>>,
     pub dirs: Vec<DirAdvice>,
+    /// Directories no swept run is correct for (their sharing allows none
+    /// of the consistency plug-ins the sweep was narrowed to).
+    pub unadvised: Vec<(String, Sharing)>,
     /// Files per sharing, for the summary.
     pub sharing: BTreeMap<Sharing, usize>,
 }
@@ -468,14 +471,19 @@ pub fn advise(trace: &Trace, runs: Vec<Run>, by: RankBy) -> Advice {
     for (f, name) in trace.files.iter().enumerate() {
         by_dir.entry(dir_of(name)).or_default().push(f);
     }
+    let mut unadvised = Vec::new();
     let dirs = by_dir
         .into_iter()
         .filter_map(|(dir, files)| {
             let sharing = files.iter().map(|&f| share[f]).max()?;
             let time = |r: &Run| files.iter().map(|&f| r.outcome.file_time[f]).sum::<f64>();
-            let best = (0..ranked.len())
+            let Some(best) = (0..ranked.len())
                 .filter(|&i| sharing.allows(ranked[i].choice.consistency))
-                .min_by(|&a, &b| time(&ranked[a]).total_cmp(&time(&ranked[b])).then(a.cmp(&b)))?;
+                .min_by(|&a, &b| time(&ranked[a]).total_cmp(&time(&ranked[b])).then(a.cmp(&b)))
+            else {
+                unadvised.push((dir, sharing));
+                return None;
+            };
             Some(DirAdvice {
                 dir,
                 files: files.len(),
@@ -496,6 +504,7 @@ pub fn advise(trace: &Trace, runs: Vec<Run>, by: RankBy) -> Advice {
         safe,
         same_as,
         dirs,
+        unadvised,
         sharing: counts,
     }
 }
@@ -648,6 +657,21 @@ mod tests {
         let p = dir("/p");
         assert_eq!(p.sharing, Sharing::Private);
         assert!(p.time <= p.default_time);
+        assert!(a.unadvised.is_empty());
+        // Narrowed to `none`, a directory written and read at once on two
+        // nodes gets no advice (not even the default, close-to-open), and
+        // says so.
+        let c = trace(
+            "0,a,1,/c/same,open,0,1,0\n0,b,1,/c/same,open,0,0,0\n0.1,a,1,/c/same,write,0,100,0\n\
+             0.1,b,1,/c/same,read,0,100,0\n0.2,a,1,/c/same,close,0,0,0\n0.2,b,1,/c/same,close,0,0,0\n",
+        );
+        let mut only_none = Space::for_trace(&sharing(&c), 2);
+        only_none.only("consistency=none").unwrap();
+        only_none.only("write=write-back").unwrap();
+        let runs = sweep(&c, &ClusterModel::default(), &only_none.choices(), 1, &|| {}).unwrap();
+        let n = advise(&c, runs, RankBy::IoTime);
+        assert_eq!(n.unadvised, vec![("/c".to_string(), Sharing::Conflicting)]);
+        assert!(n.dirs.is_empty());
         // Runs that use `none` are not safe for the whole trace.
         for (r, safe) in a.ranked.iter().zip(&a.safe) {
             assert_eq!(*safe, r.choice.consistency != ConsistencyKind::None, "{}", r.choice);
