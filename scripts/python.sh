@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds and installs parcache's Python package (crates/py) into a virtual
-# environment under target/py-venv with pip, as a user would
+# environment under target/py-venv (in $CARGO_TARGET_DIR if set) with pip, as a user would
 # (`pip install ./crates/py`), then runs its tests against the release
 # binary. Called by scripts/test.sh; maturin and pandas come from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=target/py-venv
+target=${CARGO_TARGET_DIR:-$PWD/target}
+venv=$target/py-venv
 # Debian's own interpreter (python3-venv from scripts/apt-packages.txt).
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -20,7 +21,7 @@ fi
 echo "python: pip install ./crates/py"
 # Built with the package's own `py` profile (Cargo.toml): optimized,
 # without release's whole-program LTO.
-PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./crates/py
+PATH="$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./crates/py
 # The command line the tests compare with: `cargo test`'s build of it.
 cargo build --profile test --locked -p parcache-cli
-PARCACHE_BIN="$PWD/target/debug/parcache" "$venv/bin/python" crates/py/tests/test_parcache.py
+PARCACHE_BIN="$target/debug/parcache" "$venv/bin/python" crates/py/tests/test_parcache.py
