@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and installs parcache's Python package (crates/py) into a virtual
-# environment under target/py-venv (in $CARGO_TARGET_DIR if set) with pip, as a user would
-# (`pip install ./crates/py`), then runs its tests against the release
-# binary. Called by scripts/test.sh; maturin and pandas come from PyPI.
+# environment under target/py-venv (in $CARGO_TARGET_DIR if set) with pip,
+# as a user would (`pip install ./crates/py`), then runs its tests beside
+# the command line `cargo test` built. Called by scripts/test.sh; maturin
+# and pandas come from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-$PWD/target}
