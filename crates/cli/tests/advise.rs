@@ -4,7 +4,7 @@
 //! its recommendations on the cluster; bad input is named before any work.
 
 mod common;
-use common::{parcache, Cluster, Mounted};
+use common::{parcache, Cluster, Mounted, SmallDisk};
 
 #[test]
 fn recorded_runs_replay_advise_and_apply() {
@@ -172,4 +172,42 @@ fn advise_names_bad_input_before_sweeping() {
         "{out}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_full_disk_stops_the_recording_not_the_mount() {
+    let Some(disk) = SmallDisk::new("record-full-disk", 1) else {
+        return;
+    };
+    let c = Cluster::up("record-full", 2);
+    let trace = disk.0.join("t.jsonl");
+    let log = c.dir.join("mount.log");
+    let m = Mounted::with_args(
+        &c.dir,
+        c.dir.join("mnt"),
+        Some(&log),
+        &["--record", trace.to_str().unwrap()],
+    );
+    // Thousands of small writes: far more trace lines than 1 MiB holds.
+    let mut f = std::fs::File::create(m.p("many")).unwrap();
+    use std::io::Write;
+    let page = [7u8; 512];
+    for _ in 0..6_000 {
+        f.write_all(&page).unwrap();
+        f.sync_data().unwrap();
+    }
+    drop(f);
+    assert_eq!(
+        std::fs::metadata(m.p("many")).unwrap().len(),
+        6_000 * 512,
+        "the mount went on"
+    );
+    m.unmount();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("recording stopped"), "{said}");
+    // What was recorded replays (a last line cut short is left out).
+    let (ok, out, err) = parcache(&["sim", "replay", trace.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["summary"]["writes"].as_u64().unwrap() > 100);
 }

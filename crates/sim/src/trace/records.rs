@@ -97,8 +97,18 @@ fn csv_detail(e: &csv::Error) -> String {
 
 /// Reads the JSONL form (blank lines are skipped).
 pub fn parse_jsonl(text: &str) -> Result<Trace, LineError> {
-    let records = text
-        .lines()
+    // A recording cut short (a full disk, a copy stopped half way) ends in
+    // a partial line without its newline: that line is left out, said so;
+    // a bad line anywhere else is an error.
+    let cut = !text.ends_with('\n')
+        && text
+            .lines()
+            .last()
+            .is_some_and(|l| serde_json::from_str::<TraceRecord>(l).is_err());
+    let lines: Vec<&str> = text.lines().collect();
+    let keep = if cut { lines.len() - 1 } else { lines.len() };
+    let records = lines[..keep]
+        .iter()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
@@ -106,7 +116,14 @@ pub fn parse_jsonl(text: &str) -> Result<Trace, LineError> {
                 .map(|r| (i + 1, r))
                 .map_err(|e| (i + 1, e.to_string()))
         });
-    build(records, super::Format::Jsonl)
+    let mut t = build(records, super::Format::Jsonl)?;
+    if cut {
+        t.notes.push(format!(
+            "the last line ({}) is cut short, as a recording stopped mid-write leaves it: left out",
+            lines.len()
+        ));
+    }
+    Ok(t)
 }
 
 /// The trace as parcache's CSV (for `sim replay --export`).
@@ -179,5 +196,20 @@ mod tests {
         assert!(e.1.contains("'process'"), "{e:?}");
         let e = parse_jsonl("{\"time\":0,\"node\":\"a\",\"process\":1,\"file\":\"f\",\"op\":\"read\",\"offset\":18446744073709551615,\"length\":2}").unwrap_err();
         assert!(e.1.contains("overflows"), "{e:?}");
+    }
+
+    #[test]
+    fn a_recording_cut_mid_line_loses_only_that_line() {
+        let one = "{\"time\":0,\"node\":\"a\",\"process\":1,\"file\":\"f\",\"op\":\"read\",\"length\":10}\n";
+        let t = parse_jsonl(&format!("{one}{one}{{\"time\":1,\"no")).unwrap();
+        assert_eq!(t.ops.len(), 2);
+        assert!(
+            t.notes.iter().any(|n| n.contains("line (3) is cut short")),
+            "{:?}",
+            t.notes
+        );
+        // A bad line that ends in its newline is still an error, named.
+        let e = parse_jsonl(&format!("{one}{{\"time\":1,\"no\n{one}")).unwrap_err();
+        assert_eq!(e.0, 2);
     }
 }
