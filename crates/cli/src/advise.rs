@@ -2,7 +2,7 @@
 //! policies its sharing allows, rank them, recommend per directory, and
 //! optionally set the recommendations on a cluster (docs/advisor.md).
 
-use crate::replay::{bytes, load, print_summary, ClusterArgs};
+use crate::replay::{bytes, load, print_summary, ClusterArgs, Format};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use parcache_sim::plot::{self, Bar};
@@ -13,12 +13,6 @@ use std::path::PathBuf;
 
 macro_rules! out {
     ($($t:tt)*) => { writeln!(std::io::stdout().lock(), $($t)*)? };
-}
-
-#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Format {
-    Table,
-    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
