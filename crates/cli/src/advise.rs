@@ -6,7 +6,7 @@ use crate::replay::{bytes, load, print_summary, ClusterArgs, Format};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use parcache_sim::plot::{self, Bar};
-use parcache_sim::replay::advise::{self, Advice, RankBy, Space};
+use parcache_sim::replay::advise::{self, Advice, RankBy, Search, Space};
 use parcache_sim::replay::Choice;
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,6 +23,17 @@ pub enum Rank {
     Elapsed,
 }
 
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum SearchArg {
+    /// The full sweep, unless it would replay more than 2^30 blocks
+    /// (the trace's blocks times its combinations); then greedy.
+    Auto,
+    /// Every combination.
+    Full,
+    /// Key by key from the default (a few dozen replays; docs/advisor.md).
+    Greedy,
+}
+
 #[derive(Args)]
 pub struct AdviseArgs {
     /// The trace (any format `parcache sim replay` reads).
@@ -37,6 +48,9 @@ pub struct AdviseArgs {
     /// (seconds, e.g. 0..60), for traces too long to sweep whole.
     #[arg(long, value_name = "START..END")]
     window: Option<String>,
+    /// How to search the combinations.
+    #[arg(long, value_enum, default_value_t = SearchArg::Auto)]
+    search: SearchArg,
     /// Replays at once (default: every core). Results do not depend on it.
     #[arg(long)]
     threads: Option<usize>,
@@ -120,25 +134,58 @@ pub fn advise(a: AdviseArgs) -> Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    let started = std::time::Instant::now();
-    let pb = indicatif::ProgressBar::new(choices.len() as u64);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("replaying {pos}/{len} combinations {wide_bar} {elapsed} (eta {eta})")
-            .expect("a valid template"),
-    );
-    let runs = advise::sweep(&trace, &cluster, &choices, threads, &|| pb.inc(1))?;
-    pb.finish_and_clear();
-    let took = started.elapsed().as_secs_f64();
+    let search = match a.search {
+        SearchArg::Auto => advise::auto_search(&trace, &space),
+        SearchArg::Full => Search::Full,
+        SearchArg::Greedy => Search::Greedy,
+    };
     let by = match a.rank_by {
         Rank::IoTime => RankBy::IoTime,
         Rank::Elapsed => RankBy::Elapsed,
     };
+    let blocks = advise::trace_blocks(&trace);
+    let started = std::time::Instant::now();
+    let progress = Progress::new(match search {
+        Search::Full => {
+            eprintln!(
+                "advise: replaying {} combinations of {} ({} blocks each) on {threads} threads",
+                choices.len(),
+                a.trace.display(),
+                blocks
+            );
+            Some(choices.len() as u64)
+        }
+        Search::Greedy => {
+            eprintln!(
+                "advise: {} combinations of {} blocks each are too many to replay all{}; \
+                 searching key by key from the default (--search full to sweep all)",
+                choices.len(),
+                blocks,
+                if a.search == SearchArg::Auto {
+                    ""
+                } else {
+                    " (--search greedy)"
+                },
+            );
+            None
+        }
+    });
+    let runs = match search {
+        Search::Full => advise::sweep(&trace, &cluster, &choices, threads, &|| progress.inc())?,
+        Search::Greedy => advise::greedy(&trace, &cluster, &space, threads, by, &|| progress.inc())?,
+    };
+    progress.finish();
+    let took = started.elapsed().as_secs_f64();
+    let swept = runs.len();
     let advice = advise::advise(&trace, runs, by);
     if let Some(p) = &a.plot {
         draw(p, &a.trace, &advice, a.top)?;
     }
     match a.format {
-        Format::Json => out!("{}", serde_json::to_string_pretty(&json(&a, &trace, &advice, took))?),
+        Format::Json => out!(
+            "{}",
+            serde_json::to_string_pretty(&json(&a, &trace, &advice, took, search, choices.len()))?
+        ),
         Format::Table => {
             print_summary(&a.trace, &trace)?;
             let shares: Vec<String> = advice
@@ -148,8 +195,11 @@ pub fn advise(a: AdviseArgs) -> Result<()> {
                 .collect();
             out!("  files: {}", shares.join(", "));
             out!(
-                "swept {} combinations in {took:.1} s on {threads} threads (consistency: {})",
-                choices.len(),
+                "swept {swept}{} combinations in {took:.1} s on {threads} threads (consistency: {})",
+                match search {
+                    Search::Full => String::new(),
+                    Search::Greedy => format!(" of {} (greedy search)", choices.len()),
+                },
                 space
                     .consistency
                     .iter()
@@ -278,7 +328,14 @@ fn print_dirs(a: &Advice) -> Result<()> {
     Ok(())
 }
 
-fn json(a: &AdviseArgs, trace: &parcache_sim::trace::Trace, adv: &Advice, took: f64) -> serde_json::Value {
+fn json(
+    a: &AdviseArgs,
+    trace: &parcache_sim::trace::Trace,
+    adv: &Advice,
+    took: f64,
+    search: Search,
+    combinations: usize,
+) -> serde_json::Value {
     let row = |i: usize| {
         let r = &adv.ranked[i];
         let mut o = serde_json::to_value(&r.outcome).expect("outcome serialises");
@@ -297,6 +354,9 @@ fn json(a: &AdviseArgs, trace: &parcache_sim::trace::Trace, adv: &Advice, took: 
         "notes": trace.notes,
         "sharing": adv.sharing.iter().map(|(s, n)| (s.name().to_string(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
         "sweep_seconds": took,
+        "search": search,
+        "combinations": combinations,
+        "replayed": adv.ranked.len(),
         "unadvised": adv.unadvised.iter().map(|(d, s)| serde_json::json!({"dir": d, "sharing": s})).collect::<Vec<_>>(),
         "ranked": (0..adv.ranked.len()).map(row).collect::<Vec<_>>(),
         "directories": adv.dirs.iter().map(|d| serde_json::json!({
@@ -308,6 +368,69 @@ fn json(a: &AdviseArgs, trace: &parcache_sim::trace::Trace, adv: &Advice, took: 
             "default_io_seconds": d.default_time,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The sweep's progress: a bar on a terminal; otherwise a line on stderr
+/// every tenth of the way (or every 30 s), so that a sweep in a batch job
+/// or a log is not silent for hours.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    len: Option<u64>,
+    done: std::sync::atomic::AtomicU64,
+    last: std::sync::Mutex<std::time::Instant>,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn new(len: Option<u64>) -> Progress {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let (pb, template) = match len {
+                Some(n) => (
+                    indicatif::ProgressBar::new(n),
+                    "replaying {pos}/{len} combinations {wide_bar} {elapsed} (eta {eta})",
+                ),
+                None => (
+                    indicatif::ProgressBar::new_spinner(),
+                    "{spinner} replayed {pos} combinations (greedy search) {elapsed}",
+                ),
+            };
+            pb.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"));
+            pb.enable_steady_tick(std::time::Duration::from_millis(200));
+            pb
+        });
+        Progress {
+            bar,
+            len,
+            done: 0.into(),
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn inc(&self) {
+        let n = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if let Some(pb) = &self.bar {
+            pb.inc(1);
+            return;
+        }
+        let mut last = self.last.lock().expect("progress lock");
+        let tenth = self.len.is_some_and(|l| l >= 10 && n.is_multiple_of(l / 10));
+        if tenth || last.elapsed().as_secs() >= 30 {
+            *last = std::time::Instant::now();
+            let of = self.len.map(|l| format!("/{l}")).unwrap_or_default();
+            eprintln!(
+                "advise: {n}{of} combinations replayed, {:.0} s",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(pb) = &self.bar {
+            pb.finish_and_clear();
+        }
+    }
 }
 
 fn settings(c: &Choice) -> std::collections::BTreeMap<String, String> {

@@ -171,6 +171,20 @@ fn advise_names_bad_input_before_sweeping() {
         out.contains("recommended per directory") && out.contains("pc:/ "),
         "{out}"
     );
+    // Not on a terminal, the sweep still says what it does and how far it is.
+    assert!(
+        err.contains("advise: replaying") && err.contains("combinations replayed"),
+        "{err}"
+    );
+    // A greedy search says so, and replays fewer than the whole space.
+    let (ok, out, err) = parcache(&["advise", t, "--search", "greedy", "--format", "json"]);
+    assert!(ok && err.contains("searching key by key"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["search"], "greedy");
+    let (replayed, all) = (v["replayed"].as_u64().unwrap(), v["combinations"].as_u64().unwrap());
+    assert!(replayed > 1 && replayed < all / 3, "{replayed} of {all}");
+    let (ok, out, _) = parcache(&["advise", t, "--search", "greedy"]);
+    assert!(ok && out.contains("(greedy search)"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -34,7 +34,7 @@ use crate::time::{Span, Time};
 use crate::write::{BufView, WritePolicy, WritePolicyKind};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 pub use crate::ids::{BufId, IoToken, ProcId};
 
@@ -187,6 +187,39 @@ impl Buffer {
     fn idle(&self) -> bool {
         self.pins == 0 && self.io == Io::Idle
     }
+    /// Being written down with no access holding it: free once it lands.
+    fn relief(&self) -> bool {
+        self.pins == 0 && self.io == Io::Writing
+    }
+}
+
+/// Walks `repl`'s candidates for `proc`: the first clean idle buffer, the
+/// idle dirty ones before it (into `dirty`), and the unpinned buffers being
+/// written. With `idle` given, stops after that many idle buffers.
+fn walk(
+    repl: &dyn Replacement,
+    bufs: &[Buffer],
+    proc: Option<ProcId>,
+    dirty: &mut Vec<BufId>,
+    idle: Option<usize>,
+) -> (Option<BufId>, usize) {
+    let (mut clean, mut relief, mut seen) = (None, 0usize, 0usize);
+    repl.candidates(proc, &mut |c| {
+        let buf = &bufs[c.index()];
+        if buf.idle() {
+            if buf.dirty.is_empty() {
+                clean = Some(c);
+                return false;
+            }
+            dirty.push(c);
+            seen += 1;
+            return idle != Some(seen);
+        } else if buf.relief() {
+            relief += 1;
+        }
+        true
+    });
+    (clean, relief)
 }
 
 /// The cache state machine. See the module documentation for the protocol.
@@ -205,6 +238,22 @@ pub struct Cache {
     dirty: usize,
     /// Buffers being written down.
     writing: usize,
+    /// Buffers pinned or with I/O in flight (not `idle`). When every buffer
+    /// is busy, `allocate` has nothing to offer and answers at once instead
+    /// of walking the replacement order once per waiter.
+    busy: usize,
+    /// Buffers being written down that no access pins: each will be free
+    /// once its write lands (the `relief` of `allocate`).
+    unpinned_writing: usize,
+    /// When each buffer was last touched (the recency order, as a number).
+    stamp: Vec<u64>,
+    clock: u64,
+    /// In a large cache whose policy offers every block (LRU), the idle
+    /// buffers holding a block by `stamp`, clean ones (`[0]`) apart from
+    /// dirty ones (`[1]`): `allocate` takes the first clean one, or visits
+    /// the dirty ones, in the order the policy would offer them, instead
+    /// of walking past thousands of busy or dirty buffers.
+    idle_index: Option<[BTreeMap<u64, BufId>; 2]>,
     aux_in_use: usize,
     /// Blocks with a detached write on its way down. A newer copy of such a
     /// block is not written until it lands: two writes of one block in
@@ -256,6 +305,11 @@ impl Cache {
             recency: RecencyList::new(n),
             dirty: 0,
             writing: 0,
+            busy: 0,
+            unpinned_writing: 0,
+            stamp: vec![0; n],
+            clock: 0,
+            idle_index: None,
             aux_in_use: 0,
             detached_keys: FxHashSet::default(),
             inflight: FxHashMap::default(),
@@ -273,6 +327,12 @@ impl Cache {
             stats: CacheStats::default(),
             report_evictions: false,
             cfg,
+        })
+        .map(|mut c| {
+            if c.repl.offers_every_block() && n >= Self::INDEX_FROM {
+                c.idle_index = Some([BTreeMap::new(), BTreeMap::new()]);
+            }
+            c
         })
     }
 
@@ -367,8 +427,11 @@ impl Cache {
             .map(|i| self.woken.swap_remove(i).1);
         let begun = self.begin_inner(proc, key, access);
         if let (Ok(Begin::Blocked), Some(left)) = (&begun, probe) {
-            // This waiter could not use what was freed: let the next one try.
-            if left > 0 {
+            // This waiter could not use what was freed: let the next one try,
+            // unless another access took it and no buffer is idle. Then none
+            // could, and the next buffer to become idle wakes a waiter again
+            // (without this, one stolen buffer costs a try per waiter).
+            if left > 0 && (self.busy < self.bufs.len() || !self.repl.offers_every_block()) {
                 if let Some(q) = self
                     .waiting_any
                     .iter()
@@ -438,7 +501,7 @@ impl Cache {
             if buf.held {
                 buf.held = false; // take over the fetch's pin
             } else {
-                buf.pins += 1;
+                self.pin(b);
             }
             return Ok(Begin::Ready(b));
         }
@@ -474,7 +537,7 @@ impl Cache {
             }
             Access::Write(_) => {
                 self.stats.write_allocs += 1;
-                self.bufs[b.index()].pins += 1;
+                self.pin(b);
                 Ok(Begin::Ready(b))
             }
         }
@@ -507,8 +570,9 @@ impl Cache {
                 b.dirty.insert(r);
             }
         }
-        b.pins -= 1;
+        self.unpin(buf);
         self.recency.touch(buf);
+        self.restamp(buf);
         let became = self.repl.on_access(proc, buf);
         if wrote {
             let view = self.view(buf);
@@ -551,9 +615,8 @@ impl Cache {
                 self.resume_any();
             }
             Some(InFlight::Buffer(b)) => {
-                let buf = &mut self.bufs[b.index()];
-                debug_assert_eq!(buf.io, Io::Writing);
-                buf.io = Io::Idle;
+                debug_assert_eq!(self.bufs[b.index()].io, Io::Writing);
+                self.set_io(b, Io::Idle);
                 self.writing -= 1;
                 self.resume_on(b);
                 if let Some(cause) = self.bufs[b.index()].want_write.take() {
@@ -577,9 +640,10 @@ impl Cache {
             return;
         };
         let bs = self.cfg.block_size;
+        let prefetched = matches!(self.bufs[b.index()].io, Io::Fetching { prefetch: true });
+        self.set_io(b, Io::Idle);
         let buf = &mut self.bufs[b.index()];
-        buf.prefetched = matches!(buf.io, Io::Fetching { prefetch: true });
-        buf.io = Io::Idle;
+        buf.prefetched = prefetched;
         buf.valid = RangeSet::full(bs);
         if buf.prefetched {
             // Nobody waits for a prefetch: the buffer is free to go.
@@ -589,7 +653,7 @@ impl Cache {
         } else if !self.waiting_on.iter().any(|&(_, w)| w == b) {
             // The waiter went away: release the hold.
             buf.held = false;
-            buf.pins -= 1;
+            self.unpin(b);
         }
         self.resume_on(b);
     }
@@ -603,12 +667,12 @@ impl Cache {
             debug_assert!(false, "unknown fetch token {token:?}");
             return;
         };
+        self.set_io(b, Io::Idle);
         let buf = &mut self.bufs[b.index()];
-        buf.io = Io::Idle;
         buf.prefetched = false;
         if buf.held {
             buf.held = false;
-            buf.pins -= 1;
+            self.unpin(b);
         }
         self.stats.fetch_failures += 1;
         self.resume_on(b);
@@ -828,9 +892,51 @@ impl Cache {
         self.table.insert(key, b);
         self.repl.on_insert(b);
         self.recency.touch(b);
+        self.restamp(b);
+    }
+
+    /// Caches of at least this many buffers keep `idle_index`; below it a
+    /// walk is as cheap as keeping the index.
+    /// (The core's own tests use it from 4, so that both ways are checked
+    /// against each other on their small caches.)
+    #[cfg(not(test))]
+    const INDEX_FROM: usize = 256;
+    #[cfg(test)]
+    const INDEX_FROM: usize = 4;
+
+    /// `b` was touched: it moves to the most recent end of the order.
+    fn restamp(&mut self, b: BufId) {
+        self.unindex(b);
+        self.clock += 1;
+        self.stamp[b.index()] = self.clock;
+        self.reindex(b);
+    }
+
+    /// Takes `b` out of `idle_index`.
+    fn unindex(&mut self, b: BufId) {
+        if let Some(ix) = &mut self.idle_index {
+            let at = self.stamp[b.index()];
+            if ix[0].remove(&at).is_none() {
+                ix[1].remove(&at);
+            }
+        }
+    }
+
+    /// Puts `b` where it belongs in `idle_index` after a change.
+    fn reindex(&mut self, b: BufId) {
+        if let Some(ix) = &mut self.idle_index {
+            let at = self.stamp[b.index()];
+            ix[0].remove(&at);
+            ix[1].remove(&at);
+            let buf = &self.bufs[b.index()];
+            if buf.key.is_some() && buf.idle() {
+                ix[usize::from(!buf.dirty.is_empty())].insert(at, b);
+            }
+        }
     }
 
     fn evict(&mut self, b: BufId) {
+        self.unindex(b);
         let buf = &mut self.bufs[b.index()];
         debug_assert!(buf.dirty.is_empty() && buf.idle(), "evicting a busy or dirty buffer");
         if let Some(k) = buf.key.take() {
@@ -861,24 +967,47 @@ impl Cache {
         if let Some(b) = self.free.pop() {
             return Some(b);
         }
+        debug_assert_eq!(self.busy, self.bufs.iter().filter(|b| !b.idle()).count());
+        debug_assert_eq!(self.unpinned_writing, self.bufs.iter().filter(|b| b.relief()).count());
+        if self.busy == self.bufs.len() {
+            // No buffer is idle: no candidate is clean or could be written.
+            return None;
+        }
         let mut dirty = std::mem::take(&mut self.scratch);
         dirty.clear();
-        let mut relief = 0usize;
-        let mut clean = None;
-        let bufs = &self.bufs;
-        self.repl.candidates(proc, &mut |c| {
-            let buf = &bufs[c.index()];
-            if buf.idle() {
-                if buf.dirty.is_empty() {
-                    clean = Some(c);
-                    return false;
+        // With every block offered, the walk ends at the last idle buffer
+        // and the writes on their way are the cache's own count.
+        let every = self.repl.offers_every_block();
+        let idle = self.bufs.len() - self.busy;
+        let (clean, relief) = match &self.idle_index {
+            Some(ix) => {
+                debug_assert_eq!(ix[0].len() + ix[1].len(), idle);
+                let clean = ix[0].values().next().copied();
+                if clean.is_none() {
+                    dirty.extend(ix[1].values().copied());
                 }
-                dirty.push(c);
-            } else if buf.pins == 0 && buf.io == Io::Writing {
-                relief += 1;
+                (clean, self.unpinned_writing)
             }
-            true
-        });
+            None => {
+                let (clean, relief) = walk(&*self.repl, &self.bufs, proc, &mut dirty, every.then_some(idle));
+                (clean, if every { self.unpinned_writing } else { relief })
+            }
+        };
+        #[cfg(debug_assertions)]
+        {
+            let mut all = Vec::new();
+            let full = walk(&*self.repl, &self.bufs, proc, &mut all, None);
+            // (`relief` and `dirty` count only when no clean buffer is found.)
+            if clean.is_some() {
+                debug_assert_eq!(clean, full.0, "the shortened walk differs");
+            } else {
+                debug_assert_eq!(
+                    (clean, relief, &dirty),
+                    (full.0, full.1, &all),
+                    "the shortened walk differs"
+                );
+            }
+        }
         if let Some(c) = clean {
             self.scratch = dirty;
             let buf = &self.bufs[c.index()];
@@ -926,15 +1055,43 @@ impl Cache {
         taken
     }
 
+    /// Adds an access's pin to `b`.
+    fn pin(&mut self, b: BufId) {
+        self.change(b, |buf| buf.pins += 1);
+    }
+
+    /// Removes an access's pin from `b`.
+    fn unpin(&mut self, b: BufId) {
+        self.change(b, |buf| buf.pins -= 1);
+    }
+
+    /// Sets `b`'s I/O state.
+    fn set_io(&mut self, b: BufId, io: Io) {
+        self.change(b, |buf| buf.io = io);
+    }
+
+    /// Changes `b`'s pins or I/O state, keeping the counts `allocate` reads.
+    fn change(&mut self, b: BufId, f: impl FnOnce(&mut Buffer)) {
+        let buf = &mut self.bufs[b.index()];
+        let (was_idle, was_relief) = (buf.idle(), buf.relief());
+        f(buf);
+        let (idle, relief) = (buf.idle(), buf.relief());
+        if was_idle != idle {
+            self.reindex(b);
+        }
+        self.busy = self.busy + usize::from(was_idle) - usize::from(idle);
+        self.unpinned_writing = self.unpinned_writing + usize::from(relief) - usize::from(was_relief);
+    }
+
     fn start_fetch(&mut self, b: BufId, prefetch: bool) -> IoToken {
         let token = self.token();
-        let buf = &mut self.bufs[b.index()];
-        buf.io = Io::Fetching { prefetch };
+        self.set_io(b, Io::Fetching { prefetch });
         if !prefetch {
-            debug_assert!(!buf.held);
-            buf.held = true;
-            buf.pins += 1;
+            debug_assert!(!self.bufs[b.index()].held);
+            self.bufs[b.index()].held = true;
+            self.pin(b);
         }
+        let buf = &self.bufs[b.index()];
         self.inflight.insert(token.0, InFlight::Buffer(b));
         self.stats.fetches += 1;
         let keep = buf.valid.clone();
@@ -987,13 +1144,14 @@ impl Cache {
         let whole = buf.valid.is_full(bs);
         let key = buf.key.expect("write of an empty buffer");
         self.dirty -= 1;
+        self.reindex(b);
         if detached {
             self.aux_in_use += 1;
             self.detached_keys.insert(key);
             self.inflight.insert(token.0, InFlight::Detached(key));
             self.stats.detached_writes += 1;
         } else {
-            buf.io = Io::Writing;
+            self.set_io(b, Io::Writing);
             self.writing += 1;
             self.inflight.insert(token.0, InFlight::Buffer(b));
         }

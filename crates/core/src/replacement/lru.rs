@@ -35,6 +35,9 @@ impl Replacement for Lru {
     fn is_replaceable(&self, buf: BufId) -> bool {
         self.order.contains(buf)
     }
+    fn offers_every_block(&self) -> bool {
+        true
+    }
     fn candidates(&self, _proc: Option<ProcId>, visit: &mut dyn FnMut(BufId) -> bool) {
         let mut cur = self.order.lru();
         while let Some(c) = cur {

@@ -45,6 +45,12 @@ pub trait Replacement: Send {
     /// includes the buffer holding `proc`'s own MRU block, which it is
     /// about to leave).
     fn candidates(&self, proc: Option<ProcId>, visit: &mut dyn FnMut(BufId) -> bool);
+    /// Whether `candidates` offers every buffer holding a block, whoever
+    /// asks. The cache then stops its walk once it has seen every idle
+    /// buffer, since the rest can only be busy.
+    fn offers_every_block(&self) -> bool {
+        false
+    }
 }
 
 /// The replacement policies of the catalogue.

@@ -363,6 +363,136 @@ pub fn sweep(
     .collect()
 }
 
+/// How the advisor searches the space of combinations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Search {
+    /// Every combination ([`Space::choices`]).
+    Full,
+    /// Key by key from parcache's default: every value of one policy with
+    /// the others at the best found so far, in the order consistency,
+    /// cooperative, write, replacement, prefetch; again until a whole pass
+    /// changes nothing (at most [`GREEDY_PASSES`]). A few dozen replays
+    /// instead of hundreds; it can miss a best that needs two keys changed
+    /// together.
+    Greedy,
+}
+
+/// Passes of the greedy search at most.
+pub const GREEDY_PASSES: usize = 3;
+
+/// Above this many block accesses over a whole sweep (the trace's blocks
+/// times its combinations, about 15 minutes on two cores of the machine
+/// this was written on), `auto` searches greedily.
+pub const FULL_SWEEP_LIMIT: u64 = 1 << 30;
+
+/// The 64 KiB blocks the trace's reads and writes touch: the replay's work.
+pub fn trace_blocks(trace: &Trace) -> u64 {
+    let bs = super::cluster::BLOCK as u64;
+    trace
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, TraceOp::Read | TraceOp::Write))
+        .map(|o| (o.offset + o.length).div_ceil(bs) - o.offset / bs)
+        .sum()
+}
+
+/// The search `auto` picks: the full sweep unless it would replay more
+/// than [`FULL_SWEEP_LIMIT`] block accesses. Depends only on the trace and
+/// the space, never on the machine, so the answer is the same everywhere.
+pub fn auto_search(trace: &Trace, space: &Space) -> Search {
+    if trace_blocks(trace).saturating_mul(space.choices().len() as u64) > FULL_SWEEP_LIMIT {
+        Search::Greedy
+    } else {
+        Search::Full
+    }
+}
+
+/// Orders two outcomes as [`advise`] ranks them (`step`: the width of an
+/// elapsed-time bucket).
+fn order(by: RankBy, step: f64, x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
+    let bucket = |o: &Outcome| match by {
+        RankBy::Elapsed => (o.elapsed / step).round() as u64,
+        RankBy::IoTime => 0,
+    };
+    bucket(x)
+        .cmp(&bucket(y))
+        .then(x.io_time.total_cmp(&y.io_time))
+        .then(x.elapsed.total_cmp(&y.elapsed))
+        .then(x.drained.total_cmp(&y.drained))
+        .then(x.disk_write_bytes.cmp(&y.disk_write_bytes))
+}
+
+fn step_of(runs: &[Run]) -> f64 {
+    let best = runs.iter().map(|r| r.outcome.elapsed).fold(f64::INFINITY, f64::min);
+    if best.is_finite() && best > 0.0 {
+        best * 1e-3
+    } else {
+        1e-9
+    }
+}
+
+/// A choice as replayed: `posix` caches nothing, so with it the other
+/// keys are parcache's defaults (as [`Space::choices`] lists it).
+fn normal(c: Choice) -> Choice {
+    if c.consistency == ConsistencyKind::Posix {
+        Choice {
+            consistency: ConsistencyKind::Posix,
+            ..Choice::default()
+        }
+    } else {
+        c
+    }
+}
+
+/// The greedy search ([`Search::Greedy`]) over `space`; every run made,
+/// in the order made (parcache's default first). Deterministic: each
+/// step's runs go in parallel, but the next step waits for them all.
+pub fn greedy(
+    trace: &Trace,
+    cluster: &ClusterModel,
+    space: &Space,
+    threads: usize,
+    by: RankBy,
+    done: &(dyn Fn() + Sync),
+) -> Result<Vec<Run>, ReplayError> {
+    let mut runs = sweep(trace, cluster, &[Choice::default()], threads, done)?;
+    let mut best = Choice::default();
+    type Key = fn(&Space, Choice) -> Vec<Choice>;
+    let keys: [Key; 5] = [
+        |s, b| s.consistency.iter().map(|&v| Choice { consistency: v, ..b }).collect(),
+        |s, b| s.cooperative.iter().map(|&v| Choice { cooperative: v, ..b }).collect(),
+        |s, b| s.write.iter().map(|&v| Choice { write: v, ..b }).collect(),
+        |s, b| s.replacement.iter().map(|&v| Choice { replacement: v, ..b }).collect(),
+        |s, b| s.prefetch.iter().map(|&v| Choice { prefetch: v, ..b }).collect(),
+    ];
+    for _ in 0..GREEDY_PASSES {
+        let before = best;
+        for key in keys {
+            let mut tries: Vec<Choice> = key(space, best).into_iter().map(normal).collect();
+            tries.push(best);
+            let mut fresh: Vec<Choice> = Vec::new();
+            for c in &tries {
+                if !runs.iter().any(|r| r.choice == *c) && !fresh.contains(c) {
+                    fresh.push(*c);
+                }
+            }
+            runs.extend(sweep(trace, cluster, &fresh, threads, done)?);
+            let step = step_of(&runs);
+            best = runs
+                .iter()
+                .filter(|r| tries.contains(&r.choice))
+                .min_by(|a, b| order(by, step, &a.outcome, &b.outcome))
+                .map(|r| r.choice)
+                .unwrap_or(best);
+        }
+        if best == before {
+            break;
+        }
+    }
+    Ok(runs)
+}
+
 /// The advisor's answer.
 #[derive(Clone, Debug)]
 pub struct Advice {
@@ -442,25 +572,8 @@ pub fn advise(trace: &Trace, runs: Vec<Run>, by: RankBy) -> Advice {
     // A trace's idle time can dwarf what the policies change: by elapsed
     // time, runs within 0.1 % of the best are equals. Stable: equal
     // outcomes keep the sweep's order.
-    let best = ranked.iter().map(|r| r.outcome.elapsed).fold(f64::INFINITY, f64::min);
-    let step = if best.is_finite() && best > 0.0 {
-        best * 1e-3
-    } else {
-        1e-9
-    };
-    let bucket = |r: &Run| match by {
-        RankBy::Elapsed => (r.outcome.elapsed / step).round() as u64,
-        RankBy::IoTime => 0,
-    };
-    ranked.sort_by(|a, b| {
-        let (x, y) = (&a.outcome, &b.outcome);
-        bucket(a)
-            .cmp(&bucket(b))
-            .then(x.io_time.total_cmp(&y.io_time))
-            .then(x.elapsed.total_cmp(&y.elapsed))
-            .then(x.drained.total_cmp(&y.drained))
-            .then(x.disk_write_bytes.cmp(&y.disk_write_bytes))
-    });
+    let step = step_of(&ranked);
+    ranked.sort_by(|a, b| order(by, step, &a.outcome, &b.outcome));
     let default = ranked.iter().position(|r| r.choice == Choice::default()).unwrap_or(0);
     let worst = share.iter().copied().max().unwrap_or(Sharing::Private);
     let safe = ranked.iter().map(|r| worst.allows(r.choice.consistency)).collect();
@@ -676,5 +789,75 @@ mod tests {
         for (r, safe) in a.ranked.iter().zip(&a.safe) {
             assert_eq!(*safe, r.choice.consistency != ConsistencyKind::None, "{}", r.choice);
         }
+    }
+
+    #[test]
+    fn greedy_search_walks_key_by_key_from_the_default() {
+        // A private file rewritten in place, then read back twice.
+        let mut csv = String::new();
+        for i in 0..30 {
+            csv += &format!("{},a,1,/p/f,write,{},65536,0\n", i as f64 * 0.01, (i % 10) << 16);
+        }
+        for i in 0..20 {
+            csv += &format!("{},a,1,/p/f,read,{},65536,0\n", 1.0 + i as f64 * 0.01, (i % 10) << 16);
+        }
+        let t = trace(&csv);
+        let space = Space::for_trace(&sharing(&t), 1);
+        let full = space.choices();
+        let count = std::sync::atomic::AtomicUsize::new(0);
+        let runs = greedy(&t, &ClusterModel::default(), &space, 2, RankBy::IoTime, &|| {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!(count.into_inner(), runs.len(), "progress once per run");
+        assert_eq!(runs[0].choice, Choice::default());
+        assert!(runs.len() < full.len() / 3, "{} of {}", runs.len(), full.len());
+        for (i, r) in runs.iter().enumerate() {
+            assert!(full.contains(&r.choice), "{} is in the space", r.choice);
+            assert!(
+                runs[..i].iter().all(|o| o.choice != r.choice),
+                "{} replayed twice",
+                r.choice
+            );
+        }
+        // Every value of every key was tried at least once.
+        assert!(space.write.iter().all(|w| runs.iter().any(|r| r.choice.write == *w)));
+        assert!(space
+            .prefetch
+            .iter()
+            .all(|p| runs.iter().any(|r| r.choice.prefetch == *p)));
+        // The same on one thread; the best is no worse than the default.
+        let again = greedy(&t, &ClusterModel::default(), &space, 1, RankBy::IoTime, &|| {}).unwrap();
+        assert!(runs
+            .iter()
+            .zip(&again)
+            .all(|(a, b)| a.choice == b.choice && a.outcome == b.outcome));
+        assert_eq!(runs.len(), again.len());
+        let a = advise(&t, runs, RankBy::IoTime);
+        assert!(a.ranked[0].outcome.io_time <= a.ranked[a.default].outcome.io_time);
+    }
+
+    #[test]
+    fn auto_searches_greedily_only_when_the_sweep_is_too_big() {
+        let small = trace("0,a,1,/f,write,0,65536,0\n0.1,a,1,/f,read,0,100,0\n");
+        assert_eq!(trace_blocks(&small), 2);
+        let space = Space::for_trace(&sharing(&small), 1);
+        assert_eq!(auto_search(&small, &space), Search::Full);
+        // 16 TiB written: 2^28 blocks, times hundreds of combinations.
+        let big = trace("0,a,1,/f,write,0,17592186044416,0\n");
+        assert_eq!(trace_blocks(&big), 1 << 28);
+        assert_eq!(auto_search(&big, &space), Search::Greedy);
+        // Narrowed to 2 combinations, the same trace is swept whole.
+        let mut two = space.clone();
+        for kv in [
+            "write=write-back,write-through",
+            "replacement=lru",
+            "prefetch=none",
+            "consistency=close-to-open",
+        ] {
+            two.only(kv).unwrap();
+        }
+        assert!(two.choices().len() <= 3, "{}", two.choices().len());
+        assert_eq!(auto_search(&big, &two), Search::Full);
     }
 }

@@ -274,6 +274,10 @@ struct Model<'a> {
     forwards: u64,
     /// Forwards of each unreferenced last copy so far (`n-chance`).
     recirculations: HashMap<BlockKey, u8>,
+    /// Nodes that adopted a forwarded block and have effects to drain: a
+    /// forward can evict at the peer and forward again, so the chain is
+    /// followed in a loop, not by recursion (64 nodes overflowed the stack).
+    drain_later: Vec<usize>,
     out: Outcome,
     last_op_end: Time,
 }
@@ -392,6 +396,7 @@ impl<'a> Model<'a> {
             directory,
             forwards: 0,
             recirculations: HashMap::new(),
+            drain_later: Vec::new(),
             out,
             last_op_end: Time::ZERO,
         })
@@ -794,6 +799,13 @@ impl<'a> Model<'a> {
     }
 
     fn drain_node(&mut self, now: Time, n: usize) {
+        self.drain_one(now, n);
+        while let Some(m) = self.drain_later.pop() {
+            self.drain_one(now, m);
+        }
+    }
+
+    fn drain_one(&mut self, now: Time, n: usize) {
         loop {
             while let Some(e) = self.nodes[n].level.cache.poll_effect() {
                 self.node_effect(now, n, e);
@@ -875,7 +887,7 @@ impl<'a> Model<'a> {
                         d.evicted(to as u64, key, u8::MAX, false, 0, &self.members);
                     }
                     self.out.messages += 1;
-                    self.drain_node(now, to);
+                    self.drain_later.push(to);
                 }
             }
         }
@@ -1158,6 +1170,42 @@ mod tests {
             posix.elapsed,
             cto.elapsed
         );
+    }
+
+    /// Under n-chance an evicted block goes to a peer, whose adoption can
+    /// evict and forward another: with 64 nodes all evicting, the chain
+    /// once grew deep enough to overflow the stack (drishti's trace).
+    #[test]
+    fn n_chance_forwards_in_long_chains_without_recursion() {
+        let mut csv = String::from("time,node,process,file,op,offset,length,duration\n");
+        let mut t = 0.0;
+        for pass in 0..2 {
+            for i in 0..48u64 {
+                for n in 0..64 {
+                    let op = if pass == 0 { "write" } else { "read" };
+                    csv.push_str(&format!("{t},n{n},1,/f{n},{op},{},65536,0\n", i << 16));
+                    t += 0.0001;
+                }
+            }
+        }
+        let mut tr = parse_csv(&csv).unwrap();
+        tr.files = (0..64).map(|n| format!("/f{n}")).collect();
+        let cluster = ClusterModel {
+            node_cache_mib: 1,
+            ..ClusterModel::default()
+        };
+        let mut c = Choice::default();
+        c.set("cooperative=n-chance").unwrap();
+        // A small stack, as a test thread or a sweep's worker has.
+        let o = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || replay(&tr, &cluster, &c).unwrap())
+            .unwrap()
+            .join()
+            .expect("the replay finished");
+        assert_eq!(o.bytes_written, (64 * 48) << 16);
+        // Forwarded blocks were adopted and evicted again.
+        assert!(o.node_stats.evictions > 2 * 64 * 48, "{:?}", o.node_stats);
     }
 
     #[test]
