@@ -195,10 +195,10 @@ pub fn advise(a: AdviseArgs) -> Result<()> {
                 .collect();
             out!("  files: {}", shares.join(", "));
             out!(
-                "swept {swept}{} combinations in {took:.1} s on {threads} threads (consistency: {})",
+                "swept {} in {took:.1} s on {threads} threads (consistency: {})",
                 match search {
-                    Search::Full => String::new(),
-                    Search::Greedy => format!(" of {} (greedy search)", choices.len()),
+                    Search::Full => format!("{swept} combinations"),
+                    Search::Greedy => format!("{swept} of {} combinations (greedy search)", choices.len()),
                 },
                 space
                     .consistency
@@ -371,8 +371,8 @@ fn json(
 }
 
 /// The sweep's progress: a bar on a terminal; otherwise a line on stderr
-/// every tenth of the way (or every 30 s), so that a sweep in a batch job
-/// or a log is not silent for hours.
+/// at a tenth of the way at least 5 s after the last (and every 30 s), so
+/// that a sweep in a batch job or a log is not silent for hours.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     len: Option<u64>,
@@ -416,7 +416,8 @@ impl Progress {
         }
         let mut last = self.last.lock().expect("progress lock");
         let tenth = self.len.is_some_and(|l| l >= 10 && n.is_multiple_of(l / 10));
-        if tenth || last.elapsed().as_secs() >= 30 {
+        let since = last.elapsed().as_secs();
+        if (tenth && since >= 5) || since >= 30 {
             *last = std::time::Instant::now();
             let of = self.len.map(|l| format!("/{l}")).unwrap_or_default();
             eprintln!(
