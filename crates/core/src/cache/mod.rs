@@ -295,11 +295,13 @@ impl Cache {
             });
         }
         let n = cfg.buffers;
+        let repl = cfg.replacement.build(n);
+        let idle_index = (repl.offers_every_block() && n >= Self::INDEX_FROM).then(Default::default);
         Ok(Cache {
             bufs: (0..n).map(|_| Buffer::empty()).collect(),
             table: FxHashMap::default(),
             free: (0..n as u32).rev().map(BufId).collect(),
-            repl: cfg.replacement.build(n),
+            repl,
             write: cfg.write.build(),
             prefetch: cfg.prefetch.build(),
             recency: RecencyList::new(n),
@@ -309,7 +311,7 @@ impl Cache {
             unpinned_writing: 0,
             stamp: vec![0; n],
             clock: 0,
-            idle_index: None,
+            idle_index,
             aux_in_use: 0,
             detached_keys: FxHashSet::default(),
             inflight: FxHashMap::default(),
@@ -327,12 +329,6 @@ impl Cache {
             stats: CacheStats::default(),
             report_evictions: false,
             cfg,
-        })
-        .map(|mut c| {
-            if c.repl.offers_every_block() && n >= Self::INDEX_FROM {
-                c.idle_index = Some([BTreeMap::new(), BTreeMap::new()]);
-            }
-            c
         })
     }
 
