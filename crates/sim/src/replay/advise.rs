@@ -284,29 +284,18 @@ impl Space {
     /// compared with) whether or not the space holds it.
     pub fn choices(&self) -> Vec<Choice> {
         let mut out = vec![Choice::default()];
-        let mut posix_done = false;
         for &consistency in &self.consistency {
             for &cooperative in &self.cooperative {
                 for &write in &self.write {
                     for &replacement in &self.replacement {
                         for &prefetch in &self.prefetch {
-                            let mut c = Choice {
+                            let c = normal(Choice {
                                 write,
                                 replacement,
                                 prefetch,
                                 consistency,
                                 cooperative,
-                            };
-                            if consistency == ConsistencyKind::Posix {
-                                if posix_done {
-                                    continue;
-                                }
-                                posix_done = true;
-                                c = Choice {
-                                    consistency,
-                                    ..Choice::default()
-                                };
-                            }
+                            });
                             if !out.contains(&c) {
                                 out.push(c);
                             }
