@@ -759,8 +759,11 @@ impl Cache {
     }
 
     /// A file of `blocks` blocks was opened (prefetch policies start here).
+    /// A policy sees at most as many blocks as the cache has buffers: more
+    /// would only evict the first it fetched.
     pub fn open(&mut self, now: Time, file: FileId, blocks: u64) {
         self.now = now;
+        let blocks = blocks.min(self.cfg.buffers as u64);
         self.prefetch.on_open(file, blocks, &mut self.proposals);
         self.queue_proposals();
     }

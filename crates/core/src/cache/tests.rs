@@ -492,6 +492,27 @@ fn full_file_on_open_queues_every_block_and_never_evicts_dirty_data() {
     assert!(written_blocks(&effects(&mut c)).is_empty());
 }
 
+/// Opening a file larger than the cache queues no more blocks than the
+/// cache holds: the rest would evict the first, and a 1 TiB volume's
+/// every block once filled the memory of a trace replay.
+#[test]
+fn full_file_on_open_queues_no_more_than_the_cache_holds() {
+    let mut c = Cache::new(CacheConfig {
+        buffers: 3,
+        block_size: BS,
+        prefetch: PrefetchKind::FullFileOnOpen,
+        ..CacheConfig::default()
+    })
+    .unwrap();
+    c.open(Time(1), 1, 1 << 40);
+    assert_eq!(c.prefetch_queue.len(), 3);
+    let mut fetched = vec![];
+    while let Some(Effect::Fetch { key, .. }) = c.poll_prefetch(Time(2), &mut |_| true) {
+        fetched.push(key.index);
+    }
+    assert_eq!(fetched, vec![0, 1, 2]);
+}
+
 #[test]
 fn out_of_block_ranges_and_unpinned_ends_are_refused() {
     let mut c = cache(4, ReplacementKind::Lru, W::WriteBack);
