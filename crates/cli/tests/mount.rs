@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{chunk_counts, mounted, parcache, Mounted};
+use common::{chunk_counts, mounted, parcache, pattern, Mounted};
 
 struct Cluster(PathBuf);
 
@@ -618,6 +618,89 @@ fn consistency_plug_ins_on_two_nodes_and_a_switch_while_writing() {
     ));
     assert!(!ok, "an unknown plug-in is refused: {out}");
     finish(base, cluster, a, b);
+}
+
+/// Under close-to-open the kernel keeps a file's pages across opens while
+/// no other node changed it: a second open reads nothing through the mount,
+/// and after another node's close the next open reads the new bytes.
+#[test]
+fn the_kernel_keeps_an_unchanged_files_pages_across_opens() {
+    let base = std::env::temp_dir().join(format!("parcache-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let cluster = Cluster(base.join("cluster"));
+    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "2"]);
+    assert!(ok, "{err}");
+    let trace = base.join("a.jsonl");
+    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--record", trace.to_str().unwrap()]);
+    let b = Mounted::new(&cluster.0, base.join("b"));
+    let len = 256 << 10;
+    std::fs::write(b.p("f"), pattern(len, 1)).unwrap();
+    // Open 1 and 2 on node a: the same bytes; open 2 from the kernel.
+    assert!(std::fs::read(a.p("f")).unwrap() == pattern(len, 1), "first read");
+    assert!(std::fs::read(a.p("f")).unwrap() == pattern(len, 1), "second read");
+    // Node b rewrites it in place (same size) and closes: open 3 sees it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(b.p("f"))
+        .unwrap()
+        .write_all(&pattern(len, 2))
+        .unwrap();
+    assert!(
+        std::fs::read(a.p("f")).unwrap() == pattern(len, 2),
+        "node a sees node b's closed write at its next open"
+    );
+    // Node a's own rewrite, then b's read and a's: each sees the last.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.p("f"))
+        .unwrap()
+        .write_all(&pattern(len, 3))
+        .unwrap();
+    assert!(std::fs::read(b.p("f")).unwrap() == pattern(len, 3), "b sees a's write");
+    assert!(
+        std::fs::read(a.p("f")).unwrap() == pattern(len, 3),
+        "a sees its own write"
+    );
+    // Truncated and extended by b: a sees the new size and bytes.
+    std::fs::write(b.p("f"), pattern(len / 2, 4)).unwrap();
+    assert!(
+        std::fs::read(a.p("f")).unwrap() == pattern(len / 2, 4),
+        "a after b's truncate"
+    );
+    a.unmount();
+    b.unmount();
+
+    // What reached node a's mount, open by open.
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut read_per_open: Vec<u64> = vec![];
+    for r in recs.iter().filter(|r| r["file"] == "/f") {
+        match r["op"].as_str().unwrap() {
+            "open" => read_per_open.push(0),
+            "read" => *read_per_open.last_mut().unwrap() += r["length"].as_u64().unwrap(),
+            _ => {}
+        }
+    }
+    // Opens: read, read, read (after b), write, read (own write), read.
+    assert_eq!(read_per_open.len(), 6, "{read_per_open:?}");
+    assert!(
+        read_per_open[0] >= len as u64,
+        "open 1 read through the mount: {read_per_open:?}"
+    );
+    assert_eq!(read_per_open[1], 0, "open 2 read from the kernel: {read_per_open:?}");
+    assert!(
+        read_per_open[2] >= len as u64,
+        "open 3 read b's bytes: {read_per_open:?}"
+    );
+    assert!(
+        read_per_open[5] > 0,
+        "open 6 read b's truncated file: {read_per_open:?}"
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// A page-aligned 1 MiB buffer of `value`: the kernel passes a write from

@@ -107,8 +107,20 @@ impl Fs {
 
     /// How the kernel above a mount may cache the file's pages, as its
     /// consistency plug-in says.
+    /// Asked at each open, after [`Fs::open`]: `UntilChanged` is resolved
+    /// here, to `Keep` when the kernel's pages are current at the version
+    /// the open validated ([`NodeFile::kernel_keeps`]), else `UntilOpen`.
     pub async fn kernel_cache(&self, a: &Attr) -> Result<KernelCache> {
-        Ok(self.state(a).await?.plugin.kernel_cache())
+        Ok(match self.state(a).await?.plugin.kernel_cache() {
+            KernelCache::UntilChanged => {
+                if self.with_file(a.handle, |_, f| f.kernel_keeps()) {
+                    KernelCache::Keep
+                } else {
+                    KernelCache::UntilOpen
+                }
+            }
+            other => other,
+        })
     }
 
     /// Carries out a plug-in's actions on a file, in order; `latest` is the
@@ -144,7 +156,10 @@ impl Fs {
                         *latest = after;
                     }
                 }
-                Action::DropCached => st.pool.discard_file(handle, 0).await,
+                Action::DropCached => {
+                    st.pool.discard_file(handle, 0).await;
+                    self.with_file(handle, |_, f| f.kernel = None);
+                }
                 Action::Adopt => {
                     let now = self.now();
                     self.with_file(handle, |_, f| f.adopt(view(latest), now));

@@ -233,12 +233,13 @@ fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
 
 /// How the kernel is to treat an open file, as the file's consistency
 /// plug-in says: its page cache bypassed (`sprite`, `posix`, `nfs`: every
-/// read and write must reach the node), dropped at open (`close-to-open`,
-/// `session`), or kept across opens (`none`).
+/// read and write must reach the node), dropped at an open that finds the
+/// file changed by another node (`close-to-open`, `session`), or kept
+/// across opens (`none`).
 async fn open_flags(fs: &Fs, a: &Attr) -> Result<u32, FsError> {
     Ok(match fs.kernel_cache(a).await? {
         KernelCache::Bypass => fuser::consts::FOPEN_DIRECT_IO,
-        KernelCache::UntilOpen => 0,
+        KernelCache::UntilOpen | KernelCache::UntilChanged => 0,
         KernelCache::Keep => fuser::consts::FOPEN_KEEP_CACHE,
     })
 }

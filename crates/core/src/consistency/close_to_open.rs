@@ -8,7 +8,7 @@
 //! version, it removes the old file blocks". The server half is the
 //! version the metadata server bumps at every size report and truncate.
 
-use super::{revalidate, Action, Consistency, ConsistencyKind, NodeFile, ServerView};
+use super::{revalidate, Action, Consistency, ConsistencyKind, KernelCache, NodeFile, ServerView};
 use crate::time::Time;
 
 /// The plug-in.
@@ -31,6 +31,12 @@ impl Consistency for CloseToOpen {
 
     fn flush(&self, _file: &mut NodeFile, _now: Time) -> Vec<Action> {
         vec![Action::PushDirty, Action::ReportSize]
+    }
+
+    /// The open revalidates, so the kernel's pages of an unchanged file
+    /// stay.
+    fn kernel_cache(&self) -> KernelCache {
+        KernelCache::UntilChanged
     }
 }
 

@@ -245,6 +245,11 @@ pub struct NodeFile {
     /// The blocks of the write in progress (set by the driver before
     /// `post_write`; `sync-write` invalidates them elsewhere).
     pub written_blocks: Option<(u64, u64)>,
+    /// The version at which the pages the kernel above a mount holds of the
+    /// file are current (`None`: they may be stale). Under
+    /// [`KernelCache::UntilChanged`] an open that finds the file at this
+    /// version lets the kernel keep them.
+    pub kernel: Option<u64>,
 }
 
 impl NodeFile {
@@ -260,6 +265,7 @@ impl NodeFile {
             opens: 0,
             cached: true,
             written_blocks: None,
+            kernel: None,
         }
     }
 
@@ -280,7 +286,13 @@ impl NodeFile {
     /// validated are its cached blocks current at the new version (see
     /// [`close_to_open::after_report`]).
     pub fn reported(&mut self, upto: u64, after: ServerView) {
+        let before = self.version;
         self.version = close_to_open::after_report(self.version, after.version);
+        if self.kernel == Some(before) {
+            // The kernel's pages hold this node's writes too: current at
+            // the new version exactly when the node's blocks are.
+            self.kernel = Some(self.version);
+        }
         self.reported = self.reported.max(upto);
         self.known_size = after.size;
     }
@@ -288,12 +300,14 @@ impl NodeFile {
     /// Dirty blocks did not reach the data servers (they were dropped): the
     /// size falls back to the server's, and nothing is left to report.
     pub fn write_back_failed(&mut self) {
+        self.kernel = None;
         self.size = self.known_size;
         self.reported = self.writes;
     }
 
     /// The file was cut or extended to `size` (its version is now `version`).
     pub fn truncated(&mut self, size: u64, version: u64) {
+        self.kernel = None;
         self.size = size;
         self.known_size = size;
         self.reported = self.writes;
@@ -303,10 +317,21 @@ impl NodeFile {
     /// The node's cached blocks were dropped: it now holds the file as the
     /// server has it.
     pub fn adopt(&mut self, server: ServerView, now: Time) {
+        self.kernel = None;
         self.version = server.version;
         self.size = server.size;
         self.known_size = server.size;
         self.validated_at = now;
+    }
+
+    /// At an open, after the plug-in revalidated the file: whether the
+    /// kernel may keep the pages it holds (they are current at the version
+    /// the node has validated, and the node caches the file). From this
+    /// open on, the kernel's pages are current at that version.
+    pub fn kernel_keeps(&mut self) -> bool {
+        let keep = self.cached && self.kernel == Some(self.version);
+        self.kernel = self.cached.then_some(self.version);
+        keep
     }
 }
 
@@ -370,8 +395,13 @@ pub enum KernelCache {
     /// Not at all: every read and write reaches the node (the node may stop
     /// caching at any moment, or never caches).
     Bypass,
-    /// Dropped at each open (the node revalidates there).
+    /// Dropped at each open.
     UntilOpen,
+    /// Kept across opens while the file is unchanged: dropped at an open
+    /// that finds another node changed it ([`NodeFile::kernel_keeps`]), as
+    /// NFS clients keep their page cache across opens of a file whose
+    /// attributes did not change.
+    UntilChanged,
     /// Kept across opens (no guarantee between nodes).
     Keep,
 }
@@ -486,6 +516,37 @@ pub fn stop_caching(file: &mut NodeFile) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel keeps a file's pages across opens only while the node's
+    /// validated version is the one they were filled at: this node's own
+    /// reports carry them forward, another node's change, a truncate or a
+    /// failed write-back does not.
+    #[test]
+    fn the_kernel_keeps_pages_of_a_file_unchanged_since_they_were_filled() {
+        let view = |version| ServerView { size: 10, version };
+        let mut f = NodeFile::new(view(1), Time::ZERO);
+        assert!(!f.kernel_keeps(), "the first open: the kernel may hold anything");
+        assert!(f.kernel_keeps(), "unchanged since");
+        // This node writes and reports: version 2 is its own change.
+        f.writes += 1;
+        f.reported(1, view(2));
+        assert!(f.kernel_keeps(), "its own writes are in the kernel's pages");
+        // Another node reports (3), then this node (4): not only its own.
+        f.writes += 1;
+        f.reported(2, view(4));
+        assert_eq!(f.version, 2);
+        assert_eq!(revalidate(&mut f, Time::ZERO, view(4)).last(), Some(&Action::Adopt));
+        f.adopt(view(4), Time::ZERO);
+        assert!(!f.kernel_keeps(), "another node changed it");
+        assert!(f.kernel_keeps());
+        f.truncated(0, 5);
+        assert!(!f.kernel_keeps(), "truncated");
+        f.write_back_failed();
+        assert!(!f.kernel_keeps(), "written bytes were lost");
+        f.cached = false;
+        assert!(!f.kernel_keeps() && !f.kernel_keeps(), "not cached: never kept");
+        assert_eq!(close_to_open::CloseToOpen.kernel_cache(), KernelCache::UntilChanged);
+    }
 
     #[test]
     fn names_round_trip_and_unknown_names_are_refused() {

@@ -9,7 +9,7 @@
 //! or revalidates until the close reports it. No server half beyond the
 //! version.
 
-use super::{revalidate, Action, Consistency, ConsistencyKind, NodeFile, ServerView};
+use super::{revalidate, Action, Consistency, ConsistencyKind, KernelCache, NodeFile, ServerView};
 use crate::time::Time;
 
 /// The plug-in.
@@ -36,6 +36,12 @@ impl Consistency for Session {
 
     fn flush(&self, _file: &mut NodeFile, _now: Time) -> Vec<Action> {
         vec![Action::PushDirty, Action::ReportSize]
+    }
+
+    /// The open revalidates, so the kernel's pages of an unchanged file
+    /// stay.
+    fn kernel_cache(&self) -> KernelCache {
+        KernelCache::UntilChanged
     }
 }
 
