@@ -12,44 +12,16 @@
 //! sockets with the real protocol; the write log fsyncs as in production.
 
 use anyhow::Result;
-use parcache_bench::BenchCluster;
+use parcache_bench::{loopback_tcp, BenchCluster};
 use parcache_client::Fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MIB: usize = 1 << 20;
 
 fn rate(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs / 1e9
-}
-
-async fn loopback_tcp(total: u64) -> Result<f64> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = l.local_addr()?;
-    let sink = tokio::spawn(async move {
-        let (mut s, _) = l.accept().await.expect("accept");
-        let mut buf = vec![0u8; MIB];
-        let mut n = 0u64;
-        while n < total {
-            n += s.read(&mut buf).await.expect("read") as u64;
-        }
-        s.write_all(b"k").await.expect("ack");
-    });
-    let mut c = tokio::net::TcpStream::connect(addr).await?;
-    let buf = vec![7u8; MIB];
-    let t = Instant::now();
-    let mut sent = 0;
-    while sent < total {
-        c.write_all(&buf).await?;
-        sent += MIB as u64;
-    }
-    let mut ack = [0u8; 1];
-    c.read_exact(&mut ack).await?;
-    let secs = t.elapsed().as_secs_f64();
-    sink.await?;
-    Ok(rate(total, secs))
 }
 
 /// memcpy of 1 MiB pieces out of a 32 MiB buffer: the same request size

@@ -3,7 +3,9 @@
 use anyhow::Result;
 use parcache_proto::Secret;
 use parcache_server::{iod, mds};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A parcache cluster (`iods` data servers and a metadata server) on
 /// loopback, on its own tokio runtime, as separate daemons would be: real
@@ -12,7 +14,34 @@ pub struct BenchCluster {
     pub mds_addr: String,
     pub secret: Secret,
     stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
-    _rt: tokio::runtime::Runtime,
+    iods: Vec<RunningIod>,
+    rt: tokio::runtime::Runtime,
+}
+
+/// A data server of a bench cluster: where it keeps its data, where it
+/// listens, and how to stop it.
+struct RunningIod {
+    dir: PathBuf,
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+fn start_iod(
+    rt: &tokio::runtime::Runtime,
+    dir: PathBuf,
+    addr: std::net::SocketAddr,
+    secret: &Secret,
+) -> Result<RunningIod> {
+    let mut cfg = iod::IodConfig::new(dir.clone(), addr, secret.clone());
+    cfg.checkpoint_bytes = 256 << 20;
+    let r = rt.block_on(iod::start(cfg))?;
+    Ok(RunningIod {
+        dir,
+        addr: r.addr,
+        stop: r.stop,
+        served: rt.spawn(r.served),
+    })
 }
 
 impl BenchCluster {
@@ -21,12 +50,11 @@ impl BenchCluster {
         let secret = Secret::generate();
         let rt = parcache_server::runtime()?;
         let mut iod_addrs = vec![];
+        let mut running = vec![];
         for i in 0..iods {
-            let mut cfg = iod::IodConfig::new(dir.join(format!("iod-{i}")), "127.0.0.1:0".parse()?, secret.clone());
-            cfg.checkpoint_bytes = 256 << 20;
-            let r = rt.block_on(iod::start(cfg))?;
+            let r = start_iod(&rt, dir.join(format!("iod-{i}")), "127.0.0.1:0".parse()?, &secret)?;
             iod_addrs.push(r.addr.to_string());
-            rt.spawn(r.served);
+            running.push(r);
         }
         let m = rt.block_on(mds::start(mds::MdsConfig {
             data_dir: dir.join("mds"),
@@ -40,9 +68,63 @@ impl BenchCluster {
             mds_addr,
             secret,
             stop: m.stop,
-            _rt: rt,
+            iods: running,
+            rt,
         })
     }
+
+    /// Empties the data servers' caches: each stops (its checkpoint writes
+    /// every dirty block down) and starts again on the same directory and
+    /// address, as a restarted daemon would. Clients reconnect on their
+    /// next request. Then the page cache is dropped (root only; returns
+    /// whether it was).
+    pub fn cold(&mut self) -> Result<bool> {
+        for i in 0..self.iods.len() {
+            let old = &mut self.iods[i];
+            let _ = old.stop.send(true);
+            self.rt.block_on(&mut old.served)??;
+            let (dir, addr) = (old.dir.clone(), old.addr);
+            self.iods[i] = start_iod(&self.rt, dir, addr, &self.secret)?;
+        }
+        Ok(drop_caches())
+    }
+}
+
+/// Loopback TCP bandwidth, GB/s: `total` bytes in 1 MiB writes from one
+/// socket to another in this process (the baseline of a data path that
+/// crosses loopback).
+pub async fn loopback_tcp(total: u64) -> Result<f64> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    let sink = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        while n < total {
+            n += s.read(&mut buf).await.expect("read") as u64;
+        }
+        s.write_all(b"k").await.expect("ack");
+    });
+    let mut c = tokio::net::TcpStream::connect(addr).await?;
+    let buf = vec![7u8; 1 << 20];
+    let t = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        c.write_all(&buf).await?;
+        sent += (1usize << 20) as u64;
+    }
+    let mut ack = [0u8; 1];
+    c.read_exact(&mut ack).await?;
+    let secs = t.elapsed().as_secs_f64();
+    sink.await?;
+    Ok(total as f64 / secs / 1e9)
+}
+
+/// Writes dirty pages down and drops the kernel's page cache, dentries and
+/// inodes (root only); whether it could.
+pub fn drop_caches() -> bool {
+    let _ = std::process::Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
 /// Samples this process's thread count (every daemon of a bench cluster,
@@ -84,6 +166,9 @@ impl Drop for ThreadWatch {
 impl Drop for BenchCluster {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        for i in &self.iods {
+            let _ = i.stop.send(true);
+        }
     }
 }
 
