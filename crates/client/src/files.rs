@@ -106,8 +106,7 @@ impl Fs {
     }
 
     /// How the kernel above a mount may cache the file's pages, as its
-    /// consistency plug-in says.
-    /// Asked at each open, after [`Fs::open`]: `UntilChanged` is resolved
+    /// consistency plug-in says. Asked at each open, after [`Fs::open`]: `UntilChanged` is resolved
     /// here, to `Keep` when the kernel's pages are current at the version
     /// the open validated ([`NodeFile::kernel_keeps`]), else `UntilOpen`.
     pub async fn kernel_cache(&self, a: &Attr) -> Result<KernelCache> {
