@@ -13,14 +13,21 @@ use common::{chunk_counts, mounted, parcache, pattern, Mounted};
 
 struct Cluster(PathBuf);
 
-/// A fresh cluster with `iods` data servers in a temporary directory named
-/// by `tag`, and two mounts of it that act as two nodes.
-fn two_nodes(tag: &str, iods: &str) -> (PathBuf, Cluster, Mounted, Mounted) {
+/// A fresh cluster with `iods` data servers (`parcache up`) in a temporary
+/// directory named by `tag`: the directory and the cluster.
+fn up(tag: &str, iods: &str) -> (PathBuf, Cluster) {
     let base = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let cluster = Cluster(base.join("cluster"));
     let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", iods]);
     assert!(ok, "{err}");
+    (base, cluster)
+}
+
+/// A fresh cluster with `iods` data servers in a temporary directory named
+/// by `tag`, and two mounts of it that act as two nodes.
+fn two_nodes(tag: &str, iods: &str) -> (PathBuf, Cluster, Mounted, Mounted) {
+    let (base, cluster) = up(tag, iods);
     let a = Mounted::new(&cluster.0, base.join("a"));
     let b = Mounted::new(&cluster.0, base.join("b"));
     (base, cluster, a, b)
@@ -47,11 +54,7 @@ fn errno(e: std::io::Error) -> i32 {
 
 #[test]
 fn posix_operations_and_two_nodes_through_the_mount() {
-    let base = std::env::temp_dir().join(format!("parcache-mount-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
-    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "3"]);
-    assert!(ok, "{err}");
+    let (base, cluster) = up("mount", "3");
     let a = Mounted::new(&cluster.0, base.join("a"));
     let b = Mounted::new(&cluster.0, base.join("b"));
 
@@ -625,11 +628,7 @@ fn consistency_plug_ins_on_two_nodes_and_a_switch_while_writing() {
 /// and after another node's close the next open reads the new bytes.
 #[test]
 fn the_kernel_keeps_an_unchanged_files_pages_across_opens() {
-    let base = std::env::temp_dir().join(format!("parcache-keep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
-    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "2"]);
-    assert!(ok, "{err}");
+    let (base, cluster) = up("keep", "2");
     let trace = base.join("a.jsonl");
     let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--record", trace.to_str().unwrap()]);
     let b = Mounted::new(&cluster.0, base.join("b"));
@@ -1219,11 +1218,7 @@ fn special_files_long_and_odd_names_xattrs_and_fallocate() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    let base = std::env::temp_dir().join(format!("parcache-posix2-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
-    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "2"]);
-    assert!(ok, "{err}");
+    let (base, cluster) = up("posix2", "2");
     let log = base.join("mount.log");
     let a = Mounted::logging(&cluster.0, base.join("a"), Some(&log));
     let b = Mounted::new(&cluster.0, base.join("b"));
@@ -1382,11 +1377,7 @@ fn pjdfstest_passes_inside_the_mount() {
         return;
     }
     let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pjdfstest/pjdfstest.toml");
-    let base = std::env::temp_dir().join(format!("parcache-pjdfstest-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let cluster = Cluster(base.join("cluster"));
-    let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", "2"]);
-    assert!(ok, "{err}");
+    let (base, cluster) = up("pjdfstest", "2");
     let a = Mounted::new(&cluster.0, base.join("a"));
     let o = Command::new(&bin)
         .arg("-c")
