@@ -3,9 +3,9 @@
 //! handles each request in its own task.
 
 use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
-use crate::frame::{encode, read_frame, FrameError};
+use crate::frame::{encode, encode_head, read_frame, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,6 +16,10 @@ use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
+
+/// Reply payloads up to this size are copied in after the header (one
+/// buffer, one plain write); larger ones are written after it uncopied.
+const INLINE_PAYLOAD: usize = 4096;
 
 #[derive(Debug, Error, Clone)]
 pub enum ConnError {
@@ -210,10 +214,12 @@ async fn connection<H: Handler>(
         return;
     }
     let (mut r, mut w) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+    // A reply is its encoded head and its payload, written together with
+    // one vectored write: the payload (a block read) is not copied again.
+    let (tx, mut rx) = mpsc::unbounded_channel::<(BytesMut, Bytes)>();
     let writer = tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
-            if w.write_all(&frame).await.is_err() {
+        while let Some((head, data)) = rx.recv().await {
+            if w.write_all_buf(&mut head.chain(data)).await.is_err() {
                 break;
             }
         }
@@ -228,28 +234,42 @@ async fn connection<H: Handler>(
                 let (handler, tx) = (handler.clone(), tx.clone());
                 tokio::spawn(async move {
                     let (resp, data) = handler.handle(f.msg, f.data).await;
-                    let frame = encode(f.id, &resp, &data).unwrap_or_else(|e| {
-                        encode(
-                            f.id,
-                            &Response::error(ErrorCode::Io, format!("reply too large: {e}")),
-                            &[],
-                        )
-                        .expect("small error reply encodes")
-                    });
+                    // A small payload goes in the head (one buffer, no
+                    // vectored write); a large one after it, uncopied.
+                    let room = if data.len() <= INLINE_PAYLOAD { data.len() } else { 0 };
+                    let frame = match encode_head(f.id, &resp, data.len(), room) {
+                        Ok(mut head) if room > 0 => {
+                            head.extend_from_slice(&data);
+                            (head, Bytes::new())
+                        }
+                        Ok(head) => (head, data),
+                        Err(e) => (
+                            encode(
+                                f.id,
+                                &Response::error(ErrorCode::Io, format!("reply too large: {e}")),
+                                &[],
+                            )
+                            .expect("small error reply encodes"),
+                            Bytes::new(),
+                        ),
+                    };
                     let _ = tx.send(frame);
                 });
             }
             Err(FrameError::BadHeader { id, reason }) => {
                 tracing::warn!("{peer}: malformed request {id}: {reason}");
                 let reply = Response::error(ErrorCode::BadRequest, format!("malformed request: {reason}"));
-                let _ = tx.send(encode(id, &reply, &[]).expect("small error reply encodes"));
+                let _ = tx.send((
+                    encode(id, &reply, &[]).expect("small error reply encodes"),
+                    Bytes::new(),
+                ));
             }
             Err(FrameError::Closed) => break,
             Err(e) => {
                 // Oversized, short or truncated: the stream cannot be resynchronised.
                 tracing::warn!("{peer}: closing connection: {e}");
                 let reply = Response::error(ErrorCode::BadRequest, e.to_string());
-                let _ = tx.send(encode(0, &reply, &[]).expect("small error reply encodes"));
+                let _ = tx.send((encode(0, &reply, &[]).expect("small error reply encodes"), Bytes::new()));
                 break;
             }
         }

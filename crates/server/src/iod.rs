@@ -209,12 +209,14 @@ impl Iod {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    /// The part's length, loaded from the block store on first use.
+    /// The part's length, loaded from the block store on first use: one
+    /// `stat`, done in place (a hop to a blocking thread cost more than
+    /// the `stat` on every new file's first write).
     async fn part_len(&self, handle: u64) -> io::Result<u64> {
         if let Some(&l) = self.part_len.lock().get(&handle) {
             return Ok(l);
         }
-        let stored = self.blocking(move |s| s.len(handle)).await?;
+        let stored = self.store.len(handle)?;
         Ok(*self.part_len.lock().entry(handle).or_insert(stored))
     }
 
