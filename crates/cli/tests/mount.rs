@@ -1662,3 +1662,76 @@ fn mounts_survive_a_metadata_server_restart_and_dead_mounts_are_cleared() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// After a create, the mount answers the kernel's next `stat` of the
+/// directory from the attributes the metadata server sent back with the
+/// create (no second request): they are the server's, so another node
+/// sees the same; any other change this node makes (a chmod, an unlink, a
+/// mkdir) is seen at once; and the new name is listed.
+#[test]
+fn a_directory_after_a_create_is_stated_as_the_server_has_it() {
+    let (base, cluster, a, b) = two_nodes("created-in", "2");
+    let d = a.p("d");
+    std::fs::create_dir(&d).unwrap();
+    let before = std::fs::metadata(&d).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    for i in 0..3 {
+        std::fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    let here = std::fs::metadata(&d).unwrap();
+    let there = std::fs::metadata(b.p("d")).unwrap();
+    assert!(
+        here.mtime_nsec() != before.mtime_nsec() || here.mtime() != before.mtime(),
+        "mtime moved"
+    );
+    assert_eq!(
+        (
+            here.mtime(),
+            here.mtime_nsec(),
+            here.ctime(),
+            here.ctime_nsec(),
+            here.mode(),
+            here.nlink()
+        ),
+        (
+            there.mtime(),
+            there.mtime_nsec(),
+            there.ctime(),
+            there.ctime_nsec(),
+            there.mode(),
+            there.nlink()
+        ),
+        "node a's stat of the directory after its creates is the server's"
+    );
+    // This node's other changes are seen at once, cached attributes or not.
+    std::fs::write(d.join("g"), b"y").unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    assert_eq!(
+        std::fs::metadata(&d).unwrap().mode() & 0o777,
+        0o700,
+        "chmod after a create"
+    );
+    std::fs::write(d.join("h"), b"z").unwrap();
+    let created = std::fs::metadata(&d).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::remove_file(d.join("h")).unwrap();
+    let removed = std::fs::metadata(&d).unwrap();
+    assert!(
+        (removed.mtime(), removed.mtime_nsec()) > (created.mtime(), created.mtime_nsec()),
+        "unlink after a create moves the mtime at once"
+    );
+    std::fs::write(d.join("i"), b"w").unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    assert_eq!(
+        std::fs::metadata(&d).unwrap().nlink(),
+        3,
+        "mkdir after a create: the link count"
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["f0", "f1", "f2", "g", "i", "sub"]);
+    finish(base, cluster, a, b);
+}

@@ -105,6 +105,18 @@ impl Fs {
     }
 
     pub async fn create_at(&self, parent: u64, name: &[u8], mode: u32, exclusive: bool) -> Result<Attr> {
+        Ok(self.create_in(parent, name, mode, exclusive).await?.0)
+    }
+
+    /// [`Fs::create_at`], with the directory's attributes after the new
+    /// name went in (`None` if the file existed).
+    pub async fn create_in(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        exclusive: bool,
+    ) -> Result<(Attr, Option<Attr>)> {
         let req = Request::Create {
             parent,
             name: name.to_vec(),
@@ -113,10 +125,10 @@ impl Fs {
         };
         let shown = show_name(name);
         match self.md(&shown, req).await? {
-            Response::Created { attr, policies } => {
+            Response::Created { attr, policies, parent } => {
                 self.name(&attr, &shown);
                 self.learn(&attr, &policies)?;
-                Ok(attr)
+                Ok((attr, parent))
             }
             other => Err(FsError::Protocol(format!("{shown}: unexpected reply {other:?}"))),
         }

@@ -117,6 +117,36 @@ pub struct Mount {
     next_dir: u64,
     /// `--record`: the trace of the operations that reach the mount.
     recorder: Option<Arc<Recorder>>,
+    /// Directories' attributes as this node's creates left them.
+    created_in: Arc<Mutex<CreatedIn>>,
+}
+
+/// The attributes of directories this node just created files in, with
+/// when: the kernel asks for a directory's attributes again after each
+/// create in it (its permission check on the next path walk), and this
+/// answers within [`DIR_TTL`], the time the kernel would have kept them
+/// itself, without a round trip. Any other change this node makes to any
+/// directory empties it (`generation` then tells a create in flight not
+/// to put back what it learnt before).
+#[derive(Default)]
+struct CreatedIn {
+    dirs: HashMap<u64, (Attr, Instant)>,
+    generation: u64,
+}
+
+impl CreatedIn {
+    /// A directory's attributes if a create here left them within
+    /// [`DIR_TTL`], with the time they have left.
+    fn fresh(&mut self, ino: u64) -> Option<(Attr, Duration)> {
+        let (a, at) = self.dirs.get(&ino)?;
+        match DIR_TTL.checked_sub(at.elapsed()) {
+            Some(left) if !left.is_zero() => Some((a.clone(), left)),
+            _ => {
+                self.dirs.remove(&ino);
+                None
+            }
+        }
+    }
 }
 
 /// One entry of a listing: handle, kind, name.
@@ -132,6 +162,7 @@ impl Mount {
             dirs: Arc::new(Mutex::new(HashMap::new())),
             next_dir: 1,
             recorder: None,
+            created_in: Arc::new(Mutex::new(CreatedIn::default())),
         }
     }
 
@@ -164,6 +195,15 @@ impl Mount {
 
     fn run<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
         self.rt.spawn(f);
+    }
+
+    /// This node is about to change a directory (or a file's links or
+    /// attributes): no directory's attributes are answered from
+    /// [`CreatedIn`] until fetched again.
+    fn dirs_change(&self) {
+        let mut c = self.created_in.lock();
+        c.dirs.clear();
+        c.generation += 1;
     }
 
     /// Runs `op` and answers with success or its errno.
@@ -363,6 +403,9 @@ impl Filesystem for Mount {
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         let fs = self.fs.clone();
+        if let Some((a, left)) = self.created_in.lock().fresh(ino) {
+            return reply.attr(&left, &file_attr(&fs, &a));
+        }
         self.run(async move {
             match fs.getattr(ino).await {
                 Ok(a) => reply.attr(ttl(&a), &file_attr(&fs, &a)),
@@ -389,6 +432,7 @@ impl Filesystem for Mount {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let attr = size.map(|_| self.attr_of(ino));
         let open = self.open.clone();
@@ -426,6 +470,7 @@ impl Filesystem for Mount {
     }
 
     fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
             Ok(n) => n,
@@ -446,6 +491,7 @@ impl Filesystem for Mount {
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
             Ok(n) => n,
@@ -455,6 +501,7 @@ impl Filesystem for Mount {
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
             Ok(n) => n,
@@ -473,6 +520,7 @@ impl Filesystem for Mount {
         flags: u32,
         reply: ReplyEmpty,
     ) {
+        self.dirs_change();
         const RENAME_NOREPLACE: u32 = 1;
         let fs = self.fs.clone();
         let (name, newname) = match (name_of(name), name_of(newname)) {
@@ -543,9 +591,17 @@ impl Filesystem for Mount {
         };
         let (uid, gid) = (req.uid(), req.gid());
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
+        let created_in = self.created_in.clone();
+        let generation = created_in.lock().generation;
         self.run(async move {
             let r = async {
-                let a = fs.create_at(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
+                let (a, dir) = fs.create_in(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
+                if let Some(dir) = dir {
+                    let mut c = created_in.lock();
+                    if c.generation == generation {
+                        c.dirs.insert(parent, (dir, Instant::now()));
+                    }
+                }
                 if let Some((r, _, _)) = &rec {
                     r.learn(parent, &name, a.handle);
                 }
@@ -766,6 +822,7 @@ impl Filesystem for Mount {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
             Ok(n) => n,
@@ -930,6 +987,7 @@ impl Filesystem for Mount {
     }
 
     fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let (name, target) = match name_of(link_name) {
             Ok(n) => (n, target.as_os_str().as_bytes().to_vec()),
@@ -953,6 +1011,7 @@ impl Filesystem for Mount {
     }
 
     fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+        self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(newname) {
             Ok(n) => n,
@@ -971,6 +1030,7 @@ impl Filesystem for Mount {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.dirs_change();
         let Some(name) = xattr_name(name) else {
             return reply.error(ENOTSUP);
         };
@@ -1056,6 +1116,7 @@ impl Filesystem for Mount {
 
     /// `removexattr user.parcache.KEY` returns the file to the default policy.
     fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.dirs_change();
         let Some(name) = xattr_name(name) else {
             return reply.error(ENODATA);
         };

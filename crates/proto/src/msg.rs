@@ -624,6 +624,10 @@ pub enum Response {
     Created {
         attr: Attr,
         policies: Vec<(String, String)>,
+        /// The directory after the new name went in (`None` when the file
+        /// was found, not created): a mount answers the kernel's next
+        /// `getattr` of it without asking again.
+        parent: Option<Attr>,
     },
     /// Chunks stored under `hashes` (`new` of them were not there before).
     ChunksStored {

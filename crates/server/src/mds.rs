@@ -704,6 +704,7 @@ impl Mds {
                     return Ok(Response::Created {
                         attr: i.attr,
                         policies: i.policies,
+                        parent: None,
                     });
                 }
                 let i = self.new_inode(tx, &p, FileKind::File, mode, None)?;
@@ -713,6 +714,7 @@ impl Mds {
                 Ok(Response::Created {
                     attr: i.attr,
                     policies: i.policies,
+                    parent: Some(p.attr),
                 })
             }),
             Request::Mkdir { parent, name, mode } => self.write(|tx| {
