@@ -7,12 +7,12 @@ use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
-use parcache_proto::{ErrorReply, Request, Response, Secret};
+use parcache_proto::{ErrorReply, Payload, Request, Response, Secret};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 
 /// One server's share of a write: where it starts there, and its chunks.
-type ServerPart<'a> = (u64, Vec<&'a [u8]>);
+type ServerPart = (u64, Vec<std::ops::Range<usize>>);
 
 /// A file's placement: its stripe layout and the data servers it uses.
 #[derive(Clone, Debug)]
@@ -142,6 +142,17 @@ impl DataPath {
         iod.call(req, data).await
     }
 
+    /// [`DataPath::call`] with a borrowed or shared payload.
+    async fn call_with(&self, i: u32, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
+        let iod = self.iods.get(i as usize).ok_or_else(|| {
+            FsError::Protocol(format!(
+                "layout names data server {i}, the cluster has {}",
+                self.iods.len()
+            ))
+        })?;
+        iod.call_with(req, data).await
+    }
+
     /// Writes `data` at file `offset`: one request per data server (its
     /// chunks of the range are contiguous on it), all in flight at once;
     /// returns when every one holds its part in its write log and cache,
@@ -154,25 +165,45 @@ impl DataPath {
     /// server's part is durable in its log (`nv=on` files: Biswas et al.
     /// 1993 §2.2, a block leaves a node's NV cache only for stable storage).
     pub async fn write_with(&self, handle: u64, offset: u64, data: &[u8], durable: bool) -> Result<()> {
-        if data.is_empty() {
+        self.write_payload(handle, offset, Payload::Slice(data), durable).await
+    }
+
+    /// [`DataPath::write_with`] of bytes shared by reference count: a
+    /// server's part that is one piece of them is sent uncopied.
+    pub async fn write_shared(&self, handle: u64, offset: u64, data: &Bytes, durable: bool) -> Result<()> {
+        self.write_payload(handle, offset, Payload::Shared(data), durable).await
+    }
+
+    async fn write_payload(&self, handle: u64, offset: u64, data: Payload<'_>, durable: bool) -> Result<()> {
+        let all: &[u8] = match data {
+            Payload::Slice(d) => d,
+            Payload::Shared(b) => b,
+        };
+        if all.is_empty() {
             return Ok(());
         }
         let p = self.placement(handle)?;
         // Each server's chunks of the range are contiguous on it: one
         // request each, copied into one buffer only when there are several.
         let mut parts: Vec<Option<ServerPart>> = vec![None; p.servers.len()];
-        for c in p.layout.chunks(offset, data.len() as u64) {
-            let slice = &data[(c.file_offset - offset) as usize..(c.file_offset - offset + c.len) as usize];
+        for c in p.layout.chunks(offset, all.len() as u64) {
+            let range = (c.file_offset - offset) as usize..(c.file_offset - offset + c.len) as usize;
             match &mut parts[c.server as usize] {
-                Some((_, v)) => v.push(slice),
-                part => *part = Some((c.server_offset, vec![slice])),
+                Some((_, v)) => v.push(range),
+                part => *part = Some((c.server_offset, vec![range])),
             }
         }
         let calls = parts.into_iter().enumerate().filter_map(|(pos, part)| {
-            let (server_offset, slices) = part?;
-            let buf: std::borrow::Cow<[u8]> = match slices.as_slice() {
-                [one] => std::borrow::Cow::Borrowed(one),
-                many => std::borrow::Cow::Owned(many.concat()),
+            let (server_offset, ranges) = part?;
+            let buf: Bytes = match (ranges.as_slice(), data) {
+                ([one], Payload::Shared(b)) => b.slice(one.clone()),
+                ([one], Payload::Slice(d)) => Bytes::copy_from_slice(&d[one.clone()]),
+                (many, _) => many
+                    .iter()
+                    .flat_map(|r| &all[r.clone()])
+                    .copied()
+                    .collect::<Vec<u8>>()
+                    .into(),
             };
             let req = if durable {
                 Request::Write {
@@ -187,7 +218,7 @@ impl DataPath {
             };
             let s = p.servers[pos];
             Some(async move {
-                match self.call(s, &req, &buf).await? {
+                match self.call_with(s, &req, Payload::Shared(&buf)).await? {
                     (Response::Written { .. }, _) => Ok(()),
                     (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
@@ -198,7 +229,7 @@ impl DataPath {
             r?;
         }
         if let Some(k) = self.placements.lock().get_mut(&handle) {
-            for c in p.layout.chunks(offset, data.len() as u64) {
+            for c in p.layout.chunks(offset, all.len() as u64) {
                 let w = &mut k.written[c.server as usize];
                 *w = (*w).max(c.server_offset + c.len);
             }
@@ -328,7 +359,7 @@ impl Below for DataPath {
         let base = key.index * self.block_size as u64;
         let calls = pieces
             .iter()
-            .map(|(at, data)| DataPath::write(self, key.file, base + *at as u64, data));
+            .map(|(at, data)| self.write_shared(key.file, base + *at as u64, data, false));
         for r in join_all(calls).await {
             r.map_err(below_err)?;
         }

@@ -5,7 +5,7 @@
 
 use crate::{FsError, Result};
 use bytes::Bytes;
-use parcache_proto::{Client, ConnError, Request, Response, Secret};
+use parcache_proto::{Client, ConnError, Payload, Request, Response, Secret};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -73,6 +73,11 @@ impl Peer {
     /// harmless ([`Request::is_idempotent`]); otherwise the loss is the
     /// caller's error.
     pub async fn call(&self, req: &Request, data: &[u8]) -> Result<(Response, Bytes)> {
+        self.call_with(req, Payload::Slice(data)).await
+    }
+
+    /// [`Peer::call`] with a payload borrowed or shared ([`Payload`]).
+    pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
         let retries = self.retries.load(Ordering::Relaxed);
         let mut last = String::new();
         for attempt in 0..retries {
@@ -87,7 +92,7 @@ impl Peer {
                     continue;
                 }
             };
-            match conn.call(req, data).await {
+            match conn.call_with(req, data).await {
                 Ok(r) => return Ok(r),
                 Err(e @ ConnError::TooLarge(_)) => return Err(e.into()),
                 Err(e) if !req.is_idempotent() => return Err(e.into()),

@@ -17,7 +17,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Reply payloads up to this size are copied in after the header (one
+/// A request's payload, as [`Client::call_with`] takes it.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// Bytes the caller lends: copied into the frame.
+    Slice(&'a [u8]),
+    /// Bytes shared by reference count: over 4 KiB, sent uncopied.
+    Shared(&'a Bytes),
+}
+
+/// Payloads up to this size are copied in after the header (one
 /// buffer, one plain write); larger ones are written after it uncopied.
 const INLINE_PAYLOAD: usize = 4096;
 
@@ -37,7 +46,8 @@ type Reply = Result<(Response, Bytes), ConnError>;
 
 struct Inner {
     addr: String,
-    tx: mpsc::UnboundedSender<BytesMut>,
+    /// Frames to send: the encoded head, and a payload sent after it uncopied.
+    tx: mpsc::UnboundedSender<(BytesMut, Bytes)>,
     pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
     next: AtomicU64,
     closed: AtomicBool,
@@ -103,7 +113,7 @@ impl Client {
             },
         })?;
         let (mut r, mut w) = s.into_split();
-        let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(BytesMut, Bytes)>();
         let inner = Arc::new(Inner {
             addr: addr.to_string(),
             tx,
@@ -113,8 +123,8 @@ impl Client {
             reason: Mutex::new(String::new()),
         });
         tokio::spawn(async move {
-            while let Some(frame) = rx.recv().await {
-                if w.write_all(&frame).await.is_err() {
+            while let Some((head, data)) = rx.recv().await {
+                if w.write_all_buf(&mut head.chain(data)).await.is_err() {
                     break;
                 }
             }
@@ -151,8 +161,21 @@ impl Client {
 
     /// Sends a request with its payload and waits for the reply.
     pub async fn call(&self, req: &Request, data: &[u8]) -> Reply {
+        self.call_with(req, Payload::Slice(data)).await
+    }
+
+    /// [`Client::call`] with a payload borrowed (copied into the frame) or
+    /// shared (a large one written after the frame's head, uncopied).
+    pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Reply {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let frame = encode(id, req, data).map_err(|e| ConnError::TooLarge(e.to_string()))?;
+        let too_large = |e: FrameError| ConnError::TooLarge(e.to_string());
+        let frame = match data {
+            Payload::Shared(b) if b.len() > INLINE_PAYLOAD => {
+                (encode_head(id, req, b.len(), 0).map_err(too_large)?, b.clone())
+            }
+            Payload::Shared(b) => (encode(id, req, b).map_err(too_large)?, Bytes::new()),
+            Payload::Slice(d) => (encode(id, req, d).map_err(too_large)?, Bytes::new()),
+        };
         let (tx, rx) = oneshot::channel();
         self.inner.pending.lock().insert(id, tx);
         let closed = || ConnError::Closed {

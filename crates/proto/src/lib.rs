@@ -15,7 +15,7 @@ pub mod frame;
 pub mod msg;
 
 pub use auth::Secret;
-pub use conn::{serve, Client, ConnError, Handler};
+pub use conn::{serve, Client, ConnError, Handler, Payload};
 pub use msg::{
     show_name, Attr, Callback, ChunkHash, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Name, NodeInfo,
     NodeStats, Request, Response, SetAttr, Timestamp, LIST_CHUNKS_PAGE, NAME_MAX, ROOT,
