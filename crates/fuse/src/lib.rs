@@ -72,8 +72,10 @@ const READ_AHEAD_KIB: u32 = MAX_IO >> 10;
 
 /// Sets the read-ahead of the FUSE mount at `mountpoint`
 /// (`/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`, the device found in
-/// `/proc/self/mountinfo`, so the mount itself is not touched before the
-/// kernel's first request is answered).
+/// `/proc/self/mountinfo`). Resolving the path looks up the mount's root,
+/// which waits for the kernel's `INIT` to be answered: it must be, since
+/// the kernel sets the read-ahead while handling that answer (set before,
+/// the value is lost).
 pub fn raise_read_ahead(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
     let at = std::fs::canonicalize(mountpoint)?;
     let dev = mount_device(&std::fs::read_to_string("/proc/self/mountinfo")?, &at)
