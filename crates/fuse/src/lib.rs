@@ -72,10 +72,7 @@ const READ_AHEAD_KIB: u32 = MAX_IO >> 10;
 
 /// Sets the read-ahead of the FUSE mount at `mountpoint`
 /// (`/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`, the device found in
-/// `/proc/self/mountinfo`). Resolving the path looks up the mount's root,
-/// which waits for the kernel's `INIT` to be answered: it must be, since
-/// the kernel sets the read-ahead while handling that answer (set before,
-/// the value is lost).
+/// `/proc/self/mountinfo`); call it once the kernel's `INIT` is answered.
 pub fn raise_read_ahead(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
     let at = std::fs::canonicalize(mountpoint)?;
     let dev = mount_device(&std::fs::read_to_string("/proc/self/mountinfo")?, &at)
@@ -185,6 +182,11 @@ impl Mount {
             MountOption::RW,
         ];
         let session = fuser::spawn_mount2(self, mountpoint, &opts)?;
+        // The kernel sets the read-ahead while it handles the answer to its
+        // `INIT` (a value written before is lost), and holds every request
+        // until then: a `statfs`, which always reaches the mount, returns
+        // after it.
+        let _ = rustix::fs::statvfs(mountpoint);
         match raise_read_ahead(mountpoint, READ_AHEAD_KIB) {
             Ok(()) => {}
             Err(e) => tracing::info!(
