@@ -133,13 +133,7 @@ impl DataPath {
 
     /// Calls data server `i`, reconnecting (a bounded number of times) if it went away.
     pub async fn call(&self, i: u32, req: &Request, data: &[u8]) -> Result<(Response, Bytes)> {
-        let iod = self.iods.get(i as usize).ok_or_else(|| {
-            FsError::Protocol(format!(
-                "layout names data server {i}, the cluster has {}",
-                self.iods.len()
-            ))
-        })?;
-        iod.call(req, data).await
+        self.call_with(i, req, Payload::Slice(data)).await
     }
 
     /// [`DataPath::call`] with a borrowed or shared payload.
