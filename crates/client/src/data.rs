@@ -189,15 +189,16 @@ impl DataPath {
         }
         let calls = parts.into_iter().enumerate().filter_map(|(pos, part)| {
             let (server_offset, ranges) = part?;
-            let buf: Bytes = match (ranges.as_slice(), data) {
-                ([one], Payload::Shared(b)) => b.slice(one.clone()),
-                ([one], Payload::Slice(d)) => Bytes::copy_from_slice(&d[one.clone()]),
-                (many, _) => many
+            // A borrowed piece stays borrowed (the frame copies it once).
+            let buf: std::result::Result<Bytes, &[u8]> = match (ranges.as_slice(), data) {
+                ([one], Payload::Shared(b)) => Ok(b.slice(one.clone())),
+                ([one], Payload::Slice(d)) => Err(&d[one.clone()]),
+                (many, _) => Ok(many
                     .iter()
                     .flat_map(|r| &all[r.clone()])
                     .copied()
                     .collect::<Vec<u8>>()
-                    .into(),
+                    .into()),
             };
             let req = if durable {
                 Request::Write {
@@ -212,7 +213,11 @@ impl DataPath {
             };
             let s = p.servers[pos];
             Some(async move {
-                match self.call_with(s, &req, Payload::Shared(&buf)).await? {
+                let payload = match &buf {
+                    Ok(b) => Payload::Shared(b),
+                    Err(d) => Payload::Slice(d),
+                };
+                match self.call_with(s, &req, payload).await? {
                     (Response::Written { .. }, _) => Ok(()),
                     (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
