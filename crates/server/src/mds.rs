@@ -4,7 +4,10 @@
 //! Changes are committed without an fsync and made durable together by the
 //! next durable commit: a client's `fsync` (a `Sync` request), the syncer
 //! ([`SYNC_EVERY`]) or shutdown. A crash loses at most the last second of
-//! changes no client synced, as a local file system would.
+//! changes no client synced, as a local file system would. A node's size
+//! report (`Written`, sent at every close that wrote) is the one change
+//! with no transaction of its own: it is held in memory until that durable
+//! commit ([`crate::size_reports`]), which loses nothing more in a crash.
 //!
 //! Layout is chosen at create: the stripe unit (default 64 KiB) and the
 //! data servers in round-robin order, the first one rotating from file to
@@ -12,6 +15,7 @@
 //! what is created in it. Every change to a file's content or size bumps
 //! its version (for close-to-open consistency checks).
 
+use crate::size_reports::{SizeReport, SizeReports};
 use bytes::Bytes;
 use parcache_core::catalogue::{check_setting, parse_size};
 use parcache_core::consistency::capfs::{self, HOLE};
@@ -211,12 +215,20 @@ struct Mds {
     dir: PathBuf,
     /// Changes committed since the last durable commit.
     unsynced: std::sync::atomic::AtomicBool,
+    /// Size reports held until the next durable commit.
+    reports: SizeReports,
+    /// Held by every change to the inodes (a write transaction, a size
+    /// report, a durable commit), so a report and a transaction that
+    /// read the same inode cannot interleave.
+    changing: parking_lot::Mutex<()>,
 }
 
 /// A request's transaction: a write transaction for a change, a read
 /// transaction (a snapshot, taken without waiting for writers) for a lookup.
-struct Tx {
+struct Tx<'a> {
     tx: TxKind,
+    /// Size reports not yet stored, applied to every inode read.
+    reports: &'a SizeReports,
 }
 
 enum TxKind {
@@ -248,7 +260,7 @@ fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, n
     Ok(t.get((parent, name)).map_err(db_err)?.map(|v| v.value()))
 }
 
-impl Tx {
+impl Tx<'_> {
     fn w(&self) -> R<&redb::WriteTransaction> {
         match &self.tx {
             TxKind::W(tx) => Ok(tx),
@@ -256,10 +268,12 @@ impl Tx {
         }
     }
     fn get(&self, h: Handle) -> R<Inode> {
-        match &self.tx {
+        let mut i = match &self.tx {
             TxKind::W(tx) => inode_in(&tx.open_table(INODES).map_err(db_err)?, h),
             TxKind::R(tx) => inode_in(&tx.open_table(INODES).map_err(db_err)?, h),
-        }
+        }?;
+        self.reports.apply(&mut i.attr);
+        Ok(i)
     }
     fn put(&self, i: &Inode) -> R<()> {
         let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
@@ -451,6 +465,8 @@ impl Mds {
             iods: cfg.iods.clone(),
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
+            reports: SizeReports::default(),
+            changing: parking_lot::Mutex::new(()),
         };
         mds.write(|tx| {
             // Every table exists from the start, so lookups (read
@@ -498,10 +514,12 @@ impl Mds {
     /// the syncer within [`SYNC_EVERY`]) persists it. A crash before then
     /// loses it whole, as a local file system loses unsynced metadata.
     fn write(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
+        let _changing = self.changing.lock();
         let mut tx = self.db.begin_write().map_err(db_err)?;
         tx.set_durability(redb::Durability::None);
         let tx = Tx {
             tx: TxKind::W(Box::new(tx)),
+            reports: &self.reports,
         };
         let r = f(&tx)?;
         if let TxKind::W(tx) = tx.tx {
@@ -513,10 +531,29 @@ impl Mds {
 
     /// Runs a lookup that changes nothing, on a snapshot.
     fn read(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
+        let _reports = self.reports.hold();
         let tx = Tx {
             tx: TxKind::R(self.db.begin_read().map_err(db_err)?),
+            reports: &self.reports,
         };
         f(&tx)
+    }
+
+    /// A node changed a file's content up to `size` (see [`changed`]):
+    /// recorded as a size report, stored with the next durable commit.
+    fn written(&self, handle: Handle, size: u64) -> R<Response> {
+        let _changing = self.changing.lock();
+        let mut i = {
+            let tx = Tx {
+                tx: TxKind::R(self.db.begin_read().map_err(db_err)?),
+                reports: &self.reports,
+            };
+            tx.get(handle)?
+        };
+        changed(&mut i, size);
+        self.reports.record(handle, SizeReport::of(&i.attr));
+        self.unsynced.store(true, Ordering::SeqCst);
+        Ok(Response::Attr(i.attr))
     }
 
     /// Sets an extended attribute (`flags`: 1 create only, 2 replace only).
@@ -570,16 +607,40 @@ impl Mds {
     }
 
     /// Makes every change committed so far durable (one fsync).
+    /// Size reports are stored in the same commit, then forgotten.
     fn sync(&self) -> R<Response> {
+        let _changing = self.changing.lock();
         if self.unsynced.swap(false, Ordering::SeqCst) {
-            let mut tx = self.db.begin_write().map_err(db_err)?;
-            tx.set_durability(redb::Durability::Immediate);
-            if let Err(e) = tx.commit() {
+            let stored = self.store_reports();
+            if let Err(e) = stored {
                 self.unsynced.store(true, Ordering::SeqCst);
-                return Err(db_err(e));
+                return Err(e);
             }
+            self.reports.forget_all();
         }
         Ok(Response::Ok)
+    }
+
+    /// One durable commit of every size report still newer than its inode.
+    fn store_reports(&self) -> R<()> {
+        let mut tx = self.db.begin_write().map_err(db_err)?;
+        tx.set_durability(redb::Durability::Immediate);
+        let tx = Tx {
+            tx: TxKind::W(Box::new(tx)),
+            reports: &self.reports,
+        };
+        for (h, r) in self.reports.all() {
+            match tx.get(h) {
+                // `get` applied the report; stored unless already spent.
+                Ok(i) if i.attr.version == r.version => tx.put(&i)?,
+                Ok(_) | Err((ErrorCode::NotFound, _)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let TxKind::W(tx) = tx.tx {
+            tx.commit().map_err(db_err)?;
+        }
+        Ok(())
     }
 
     /// The recorded cluster id and data server addresses (none before the first start).
@@ -982,12 +1043,7 @@ impl Mds {
                 tx.put(&i)?;
                 Ok(Response::Ok)
             }),
-            Request::Written { handle, size } => self.write(|tx| {
-                let mut i = tx.get(handle)?;
-                changed(&mut i, size);
-                tx.put(&i)?;
-                Ok(Response::Attr(i.attr))
-            }),
+            Request::Written { handle, size } => self.written(handle, size),
             Request::Servers => Ok(Response::Servers(self.iods.clone())),
             Request::Hashes {
                 handle, from, count, ..
@@ -1685,4 +1741,85 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
         Ok(())
     });
     Ok(crate::Running { addr, stop, served })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str) -> MdsConfig {
+        let dir = std::env::temp_dir().join(format!("parcache-mds-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        MdsConfig {
+            data_dir: dir,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            secret: Secret::from_bytes([7; 32]),
+            iods: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+        }
+    }
+
+    fn size_of(m: &Mds, h: Handle) -> (u64, u64) {
+        match m.op(Request::GetAttr { handle: h }) {
+            Ok(Response::Attr(a)) => (a.size, a.version),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn create(m: &Mds, name: &str) -> Handle {
+        match m.op(Request::Create {
+            parent: ROOT,
+            name: name.as_bytes().to_vec(),
+            mode: 0o644,
+            exclusive: true,
+        }) {
+            Ok(Response::Created { attr, .. }) => attr.handle,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A size report is seen at once, loses to a later truncate, is stored
+    /// by the next durable commit and, like an unsynced commit, lost
+    /// without one.
+    #[test]
+    fn size_reports_are_seen_at_once_and_stored_with_the_next_sync() {
+        let cfg = config("reports");
+        let m = Mds::open(&cfg).unwrap();
+        let (a, b) = (create(&m, "a"), create(&m, "b"));
+        let (_, v0) = size_of(&m, a);
+        m.op(Request::Written { handle: a, size: 4096 }).unwrap();
+        assert_eq!(size_of(&m, a), (4096, v0 + 1));
+        // A shorter report does not shrink the file.
+        m.op(Request::Written { handle: a, size: 100 }).unwrap();
+        assert_eq!(size_of(&m, a), (4096, v0 + 2));
+        // A truncate after the reports wins over them, now and once stored.
+        let set = SetAttr {
+            size: Some(10),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr { handle: a, set }).unwrap();
+        assert_eq!(size_of(&m, a).0, 10);
+        m.op(Request::Written { handle: b, size: 8192 }).unwrap();
+        // A chmod reads the report and stores it with its own change.
+        let set = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr { handle: b, set }).unwrap();
+        m.op(Request::Sync).unwrap();
+        m.op(Request::Written { handle: b, size: 9000 }).unwrap();
+        assert_eq!(size_of(&m, b).0, 9000);
+        // Dropped without a sync: the last report is lost, as a crash
+        // loses a change committed without an fsync.
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(size_of(&m, a).0, 10);
+        assert_eq!(size_of(&m, b).0, 8192);
+        m.op(Request::Written { handle: b, size: 9000 }).unwrap();
+        m.op(Request::Sync).unwrap();
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(size_of(&m, b).0, 9000);
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
 }
