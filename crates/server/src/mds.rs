@@ -7,7 +7,7 @@
 //! changes no client synced, as a local file system would. A node's size
 //! report (`Written`, sent at every close that wrote) is the one change
 //! with no transaction of its own: it is held in memory until that durable
-//! commit ([`crate::size_reports`]), which loses nothing more in a crash.
+//! commit (`size_reports.rs`), which loses nothing more in a crash.
 //!
 //! Layout is chosen at create: the stripe unit (default 64 KiB) and the
 //! data servers in round-robin order, the first one rotating from file to
