@@ -321,7 +321,7 @@ impl Nv {
     /// [`COMPACT_FACTOR`] times the cache (in the background: a write-down
     /// calls this and writers wait on write-downs).
     async fn maybe_compact(&self) {
-        let due = self.log.bytes().await > (COMPACT_FACTOR * self.bytes).max(COMPACT_MIN);
+        let due = self.log.bytes() > (COMPACT_FACTOR * self.bytes).max(COMPACT_MIN);
         if due && !self.compacting.swap(true, Ordering::SeqCst) {
             if let Err(e) = self.compact().await {
                 tracing::warn!("durable write cache: compaction failed (the log keeps everything): {e}");
@@ -348,7 +348,7 @@ impl Nv {
             compactions: self.compactions.load(Ordering::Relaxed),
             replayed: self.replayed.load(Ordering::Relaxed),
             live_blocks,
-            log_bytes: self.log.bytes().await,
+            log_bytes: self.log.bytes(),
             capacity_bytes: self.bytes,
         }
     }

@@ -313,7 +313,7 @@ impl Iod {
     /// size, or (`removed`: after a file was removed) holds a quarter of
     /// it, or the disk runs low: it frees the log's space.
     async fn maybe_checkpoint(self: &Arc<Self>, removed: bool) {
-        let bytes = self.log.bytes().await;
+        let bytes = self.log.bytes();
         let due = bytes >= self.checkpoint_bytes
             || (removed && bytes >= self.checkpoint_bytes / 4)
             || (bytes > 0 && self.low_on_space(bytes));
@@ -585,7 +585,7 @@ impl Handler for IodHandler {
                     free_bytes,
                     read_hits: c.read_hits,
                     read_misses: c.read_misses,
-                    log_bytes: iod.log.bytes().await,
+                    log_bytes: iod.log.bytes(),
                     dirty_blocks: iod.cache.dirty_buffers() as u64,
                     immediate_writes: c.immediate_writes,
                     writes_down: c.writes,

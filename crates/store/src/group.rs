@@ -6,7 +6,8 @@
 use crate::media::Media;
 use crate::wal::{Entry, Wal};
 use std::io;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
 enum Cmd {
@@ -14,13 +15,15 @@ enum Cmd {
     AppendBuffered(Entry, oneshot::Sender<io::Result<()>>),
     Sync(oneshot::Sender<io::Result<()>>),
     Compact(Vec<Entry>, oneshot::Sender<io::Result<()>>),
-    Len(oneshot::Sender<u64>),
 }
 
 /// A handle to a log served by its group-commit thread. Cheap to clone.
 #[derive(Clone)]
 pub struct GroupLog {
     tx: mpsc::Sender<Cmd>,
+    /// The log's length, as its thread last left it: read on every write
+    /// (is a checkpoint due?) without a trip to that thread.
+    len: Arc<AtomicU64>,
 }
 
 /// Most entries one sync covers.
@@ -30,6 +33,8 @@ impl GroupLog {
     /// Starts the thread that owns `wal`.
     pub fn start<M: Media + 'static>(mut wal: Wal<M>) -> GroupLog {
         let (tx, rx) = mpsc::channel::<Cmd>();
+        let len = Arc::new(AtomicU64::new(wal.len()));
+        let shown = len.clone();
         std::thread::Builder::new()
             .name("parcache-log".into())
             .spawn(move || {
@@ -45,17 +50,19 @@ impl GroupLog {
                                 }
                             },
                             Cmd::AppendBuffered(e, reply) => {
-                                let _ = reply.send(wal.append(&e));
+                                let r = wal.append(&e);
+                                shown.store(wal.len(), Ordering::Release);
+                                let _ = reply.send(r);
                             }
                             Cmd::Sync(reply) => waiting.push(reply),
                             Cmd::Compact(live, reply) => {
                                 finish(&mut wal, &mut waiting);
-                                let _ = reply.send(wal.compact(&live));
-                            }
-                            Cmd::Len(reply) => {
-                                let _ = reply.send(wal.len());
+                                let r = wal.compact(&live);
+                                shown.store(wal.len(), Ordering::Release);
+                                let _ = reply.send(r);
                             }
                         }
+                        shown.store(wal.len(), Ordering::Release);
                         if waiting.len() < MAX_BATCH {
                             next = rx.try_recv().ok();
                         }
@@ -64,7 +71,7 @@ impl GroupLog {
                 }
             })
             .expect("spawn the log thread");
-        GroupLog { tx }
+        GroupLog { tx, len }
     }
 
     /// Appends `e` and returns once it is durable.
@@ -110,13 +117,9 @@ impl GroupLog {
         rx.await.map_err(|_| gone())?
     }
 
-    /// Bytes in the log.
-    pub async fn bytes(&self) -> u64 {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Cmd::Len(tx)).is_err() {
-            return 0;
-        }
-        rx.await.unwrap_or(0)
+    /// Bytes in the log, counting every entry whose append has returned.
+    pub fn bytes(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
     }
 }
 
@@ -135,4 +138,33 @@ fn finish<M: Media>(wal: &mut Wal<M>, waiting: &mut Vec<oneshot::Sender<io::Resu
 
 fn gone() -> io::Error {
     io::Error::other("the write log thread has stopped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::CrashMedia;
+
+    /// The length a writer reads counts its own append as soon as the
+    /// append returns (it decides whether a checkpoint is due), and a
+    /// compaction's result as soon as the compaction returns.
+    #[tokio::test]
+    async fn the_length_counts_every_append_that_has_returned() {
+        let (wal, _) = Wal::open(CrashMedia::new()).unwrap();
+        let log = GroupLog::start(wal);
+        assert_eq!(log.bytes(), 0);
+        let write = |n: usize| Entry::Write {
+            handle: 1,
+            offset: 0,
+            data: bytes::Bytes::from(vec![7u8; n]),
+        };
+        log.append_buffered(write(100)).await.unwrap();
+        let one = log.bytes();
+        assert!(one > 100, "{one}");
+        log.append(write(1000)).await.unwrap();
+        let two = log.bytes();
+        assert!(two > one + 1000, "{one} then {two}");
+        log.compact(Vec::new()).await.unwrap();
+        assert!(log.bytes() < one, "{} after emptying", log.bytes());
+    }
 }
