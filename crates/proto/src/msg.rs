@@ -218,7 +218,9 @@ pub enum Request {
         handle: Handle,
         offset: u64,
     },
-    /// Read `len` bytes at `offset` of this server's part. `need`: the
+    /// Read `len` bytes at `offset` of this server's part; the reply holds
+    /// only what the part has there (short or empty past its end: zeros
+    /// to the reader). `need`: the
     /// part must hold at least this many bytes (the file's size says so);
     /// if it holds fewer, stripes are missing and the read fails (EIO)
     /// rather than return zeros. 0: no such check.

@@ -442,9 +442,16 @@ impl Handler for IodHandler {
                         Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
                     }
                 }
-                let mut buf = vec![0u8; len as usize];
+                // Only what the part holds: past its end the reader has
+                // zeros without them crossing the wire (a 4 KiB file's
+                // read asks for its whole 64 KiB block).
+                let held = match iod.part_len(handle).await {
+                    Ok(part) => part.saturating_sub(offset).min(len),
+                    Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
+                };
+                let mut buf = vec![0u8; held as usize];
                 return match iod.cache.read(handle, offset, &mut buf).await {
-                    Ok(()) => (Response::Data { len }, Bytes::from(buf)),
+                    Ok(()) => (Response::Data { len: held }, Bytes::from(buf)),
                     Err(e) => (
                         Response::error(ErrorCode::Io, format!("read of handle {handle}: {e}")),
                         Bytes::new(),
