@@ -420,35 +420,30 @@ impl Handler for IodHandler {
                     return (r, Bytes::new());
                 }
                 iod.reads.fetch_add(1, Ordering::Relaxed);
-                if need > 0 {
-                    match iod.part_len(handle).await {
-                        Ok(have) if have < need => {
-                            tracing::error!(
-                                "handle {handle}: this server holds {have} bytes of its part, the file's size needs \
-                                 {need}: stripes are missing from the store"
-                            );
-                            return (
-                                Response::error(
-                                    ErrorCode::Io,
-                                    format!(
-                                        "stripes of handle {handle} are missing from this data server's store \
-                                         (it holds {have} bytes of its part, the file needs {need})"
-                                    ),
-                                ),
-                                Bytes::new(),
-                            );
-                        }
-                        Ok(_) => {}
-                        Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
-                    }
+                let have = match iod.part_len(handle).await {
+                    Ok(have) => have,
+                    Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
+                };
+                if have < need {
+                    tracing::error!(
+                        "handle {handle}: this server holds {have} bytes of its part, the file's size needs \
+                         {need}: stripes are missing from the store"
+                    );
+                    return (
+                        Response::error(
+                            ErrorCode::Io,
+                            format!(
+                                "stripes of handle {handle} are missing from this data server's store \
+                                 (it holds {have} bytes of its part, the file needs {need})"
+                            ),
+                        ),
+                        Bytes::new(),
+                    );
                 }
                 // Only what the part holds: past its end the reader has
                 // zeros without them crossing the wire (a 4 KiB file's
                 // read asks for its whole 64 KiB block).
-                let held = match iod.part_len(handle).await {
-                    Ok(part) => part.saturating_sub(offset).min(len),
-                    Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
-                };
+                let held = have.saturating_sub(offset).min(len);
                 let mut buf = vec![0u8; held as usize];
                 return match iod.cache.read(handle, offset, &mut buf).await {
                     Ok(()) => (Response::Data { len: held }, Bytes::from(buf)),

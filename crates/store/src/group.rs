@@ -44,7 +44,10 @@ impl GroupLog {
                     while let Some(cmd) = next.take() {
                         match cmd {
                             Cmd::Append(e, reply) => match wal.append(&e) {
-                                Ok(()) => waiting.push(reply),
+                                Ok(()) => {
+                                    shown.store(wal.len(), Ordering::Release);
+                                    waiting.push(reply)
+                                }
                                 Err(err) => {
                                     let _ = reply.send(Err(err));
                                 }
@@ -62,7 +65,6 @@ impl GroupLog {
                                 let _ = reply.send(r);
                             }
                         }
-                        shown.store(wal.len(), Ordering::Release);
                         if waiting.len() < MAX_BATCH {
                             next = rx.try_recv().ok();
                         }
