@@ -3,7 +3,6 @@
 
 pub mod iod;
 pub mod mds;
-mod size_reports;
 
 /// Total and free bytes of the file system holding `dir` ((0, 0) if it
 /// cannot be asked).

@@ -1,13 +1,14 @@
 //! The metadata server (`parcache mds`): namespace, attributes, file layout
 //! and per-file policies, in an embedded transactional store (redb), one
 //! transaction per request, so a crash leaves every request done or undone.
-//! Changes are committed without an fsync and made durable together by the
-//! next durable commit: a client's `fsync` (a `Sync` request), the syncer
-//! ([`SYNC_EVERY`]) or shutdown. A crash loses at most the last second of
-//! changes no client synced, as a local file system would. A node's size
-//! report (`Written`, sent at every close that wrote) is the one change
-//! with no transaction of its own: it is held in memory until that durable
-//! commit (`size_reports.rs`), which loses nothing more in a crash.
+//! Requests take turns in one open write transaction (group commit): each
+//! request's changes are seen by the next at once, and they are all made
+//! durable together by the next durable commit: a client's `fsync` (a
+//! `Sync` request), the syncer ([`SYNC_EVERY`]) or shutdown. A crash loses
+//! at most the last second of changes no client synced, as a local file
+//! system would, and never part of a request. A request that fails after
+//! changing something has its changes undone alone (an undo log of the
+//! values it replaced), since redb cannot roll back part of a transaction.
 //!
 //! Layout is chosen at create: the stripe unit (default 64 KiB) and the
 //! data servers in round-robin order, the first one rotating from file to
@@ -15,7 +16,6 @@
 //! what is created in it. Every change to a file's content or size bumps
 //! its version (for close-to-open consistency checks).
 
-use crate::size_reports::{SizeReport, SizeReports};
 use bytes::Bytes;
 use parcache_core::catalogue::{check_setting, parse_size};
 use parcache_core::consistency::capfs::{self, HOLE};
@@ -210,30 +210,32 @@ fn check_policy(key: &str, value: &str) -> R<String> {
 }
 
 struct Mds {
+    /// The open write transaction every request runs in, one at a time;
+    /// none right after a durable commit (the next request opens one).
+    /// Declared before `db`, so it is dropped (rolled back) first.
+    open: parking_lot::Mutex<Option<redb::WriteTransaction>>,
     db: Database,
     iods: Vec<String>,
     dir: PathBuf,
-    /// Changes committed since the last durable commit.
+    /// Changes made since the last durable commit.
     unsynced: std::sync::atomic::AtomicBool,
-    /// Size reports held until the next durable commit.
-    reports: SizeReports,
-    /// Held by every change to the inodes (a write transaction, a size
-    /// report, a durable commit), so a report and a transaction that
-    /// read the same inode cannot interleave.
-    changing: parking_lot::Mutex<()>,
 }
 
-/// A request's transaction: a write transaction for a change, a read
-/// transaction (a snapshot, taken without waiting for writers) for a lookup.
+/// A request's view of the open transaction, with the values its changes
+/// replaced, so a request that fails part-way can be undone alone.
 struct Tx<'a> {
-    tx: TxKind,
-    /// Size reports not yet stored, applied to every inode read.
-    reports: &'a SizeReports,
+    tx: &'a redb::WriteTransaction,
+    undo: std::cell::RefCell<Vec<Undo>>,
 }
 
-enum TxKind {
-    W(Box<redb::WriteTransaction>),
-    R(redb::ReadTransaction),
+/// A key a request changed and what it held before (`None`: absent).
+enum Undo {
+    Inode(u64, Option<Vec<u8>>),
+    Dirent(u64, Vec<u8>, Option<u64>),
+    Meta(String, Option<u64>),
+    Cluster(String, Option<Vec<u8>>),
+    Recipe((u64, u64), Option<Vec<u8>>),
+    Ref(Vec<u8>, Option<u64>),
 }
 
 fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
@@ -261,38 +263,38 @@ fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, n
 }
 
 impl Tx<'_> {
-    fn w(&self) -> R<&redb::WriteTransaction> {
-        match &self.tx {
-            TxKind::W(tx) => Ok(tx),
-            TxKind::R(_) => Err((ErrorCode::Io, "metadata store: a change in a read transaction".into())),
-        }
+    fn w(&self) -> &redb::WriteTransaction {
+        self.tx
+    }
+    fn undo(&self, u: Undo) {
+        self.undo.borrow_mut().push(u);
     }
     fn get(&self, h: Handle) -> R<Inode> {
-        let mut i = match &self.tx {
-            TxKind::W(tx) => inode_in(&tx.open_table(INODES).map_err(db_err)?, h),
-            TxKind::R(tx) => inode_in(&tx.open_table(INODES).map_err(db_err)?, h),
-        }?;
-        self.reports.apply(&mut i.attr);
-        Ok(i)
+        inode_in(&self.tx.open_table(INODES).map_err(db_err)?, h)
     }
     fn put(&self, i: &Inode) -> R<()> {
-        let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
+        let mut t = self.w().open_table(INODES).map_err(db_err)?;
         let b = postcard::to_stdvec(i).map_err(db_err)?;
-        t.insert(i.attr.handle, b.as_slice()).map_err(db_err)?;
+        let old = t.insert(i.attr.handle, b.as_slice()).map_err(db_err)?;
+        self.undo(Undo::Inode(i.attr.handle, old.map(|v| v.value().to_vec())));
         Ok(())
     }
     /// Deletes an inode; a content-addressed file's chunks lose its
     /// references (the next collection removes those no recipe names).
     fn delete(&self, h: Handle) -> R<()> {
-        let mut t = self.w()?.open_table(INODES).map_err(db_err)?;
-        t.remove(h).map_err(db_err)?;
-        let mut pages = self.w()?.open_table(RECIPES).map_err(db_err)?;
+        let mut t = self.w().open_table(INODES).map_err(db_err)?;
+        let old = t.remove(h).map_err(db_err)?;
+        self.undo(Undo::Inode(h, old.map(|v| v.value().to_vec())));
+        drop(t);
+        let mut pages = self.w().open_table(RECIPES).map_err(db_err)?;
         let mut named = Vec::new();
         for page in pages
             .extract_from_if((h, 0)..=(h, u64::MAX), |_, _| true)
             .map_err(db_err)?
         {
-            named.extend(hashes_of(page.map_err(db_err)?.1.value()));
+            let (k, v) = page.map_err(db_err)?;
+            named.extend(hashes_of(v.value()));
+            self.undo(Undo::Recipe(k.value(), Some(v.value().to_vec())));
         }
         drop(pages);
         self.refs(&[], &named)?;
@@ -300,14 +302,7 @@ impl Tx<'_> {
     }
     /// One page of a recipe (empty if absent).
     fn recipe_page(&self, h: Handle, page: u64) -> R<Vec<ChunkHash>> {
-        let bytes = match &self.tx {
-            TxKind::W(tx) => page_in(&tx.open_table(RECIPES).map_err(db_err)?, h, page)?,
-            TxKind::R(tx) => match tx.open_table(RECIPES) {
-                Ok(t) => page_in(&t, h, page)?,
-                Err(redb::TableError::TableDoesNotExist(_)) => None,
-                Err(e) => return Err(db_err(e)),
-            },
-        };
+        let bytes = page_in(&self.tx.open_table(RECIPES).map_err(db_err)?, h, page)?;
         Ok(bytes.map(|b| hashes_of(&b)).unwrap_or_default())
     }
     /// The recipe's hashes of chunks `from..to` (holes where it has none).
@@ -355,22 +350,23 @@ impl Tx<'_> {
             }
             p[at] = hash;
         }
-        let mut t = self.w()?.open_table(RECIPES).map_err(db_err)?;
+        let mut t = self.w().open_table(RECIPES).map_err(db_err)?;
         for (page, mut hashes) in pages {
             while hashes.last() == Some(&HOLE) {
                 hashes.pop();
             }
-            if hashes.is_empty() {
-                t.remove((h, page)).map_err(db_err)?;
+            let old = if hashes.is_empty() {
+                t.remove((h, page)).map_err(db_err)?
             } else {
-                t.insert((h, page), hashes.concat().as_slice()).map_err(db_err)?;
-            }
+                t.insert((h, page), hashes.concat().as_slice()).map_err(db_err)?
+            };
+            self.undo(Undo::Recipe((h, page), old.map(|v| v.value().to_vec())));
         }
         Ok(())
     }
     /// Whether the file has a recipe page at all.
     fn has_recipe(&self, h: Handle) -> R<bool> {
-        let t = self.w()?.open_table(RECIPES).map_err(db_err)?;
+        let t = self.w().open_table(RECIPES).map_err(db_err)?;
         let any = t.range((h, 0)..=(h, u64::MAX)).map_err(db_err)?.next().is_some();
         Ok(any)
     }
@@ -378,14 +374,17 @@ impl Tx<'_> {
     /// `unnamed` (holes are not counted); returns the hashes no recipe
     /// names any more.
     fn refs(&self, named: &[ChunkHash], unnamed: &[ChunkHash]) -> R<Vec<ChunkHash>> {
-        let mut t = self.w()?.open_table(REFS).map_err(db_err)?;
+        let mut t = self.w().open_table(REFS).map_err(db_err)?;
         for h in named.iter().filter(|h| **h != HOLE) {
-            let n = t.get(&h[..]).map_err(db_err)?.map_or(0, |v| v.value());
-            t.insert(&h[..], n + 1).map_err(db_err)?;
+            let n = t.get(&h[..]).map_err(db_err)?.map(|v| v.value());
+            self.undo(Undo::Ref(h.to_vec(), n));
+            t.insert(&h[..], n.unwrap_or(0) + 1).map_err(db_err)?;
         }
         let mut released = Vec::new();
         for h in unnamed.iter().filter(|h| **h != HOLE) {
-            let n = t.get(&h[..]).map_err(db_err)?.map_or(0, |v| v.value());
+            let n = t.get(&h[..]).map_err(db_err)?.map(|v| v.value());
+            self.undo(Undo::Ref(h.to_vec(), n));
+            let n = n.unwrap_or(0);
             if n <= 1 {
                 t.remove(&h[..]).map_err(db_err)?;
                 released.push(*h);
@@ -396,23 +395,22 @@ impl Tx<'_> {
         Ok(released)
     }
     fn entry(&self, parent: Handle, name: &[u8]) -> R<Option<Handle>> {
-        match &self.tx {
-            TxKind::W(tx) => entry_in(&tx.open_table(DIRENTS).map_err(db_err)?, parent, name),
-            TxKind::R(tx) => entry_in(&tx.open_table(DIRENTS).map_err(db_err)?, parent, name),
-        }
+        entry_in(&self.tx.open_table(DIRENTS).map_err(db_err)?, parent, name)
     }
     fn link(&self, parent: Handle, name: &[u8], h: Handle) -> R<()> {
-        let mut t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
-        t.insert((parent, name), h).map_err(db_err)?;
+        let mut t = self.w().open_table(DIRENTS).map_err(db_err)?;
+        let old = t.insert((parent, name), h).map_err(db_err)?;
+        self.undo(Undo::Dirent(parent, name.to_vec(), old.map(|v| v.value())));
         Ok(())
     }
     fn unlink(&self, parent: Handle, name: &[u8]) -> R<()> {
-        let mut t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
-        t.remove((parent, name)).map_err(db_err)?;
+        let mut t = self.w().open_table(DIRENTS).map_err(db_err)?;
+        let old = t.remove((parent, name)).map_err(db_err)?;
+        self.undo(Undo::Dirent(parent, name.to_vec(), old.map(|v| v.value())));
         Ok(())
     }
     fn is_empty_dir(&self, h: Handle) -> R<bool> {
-        let t = self.w()?.open_table(DIRENTS).map_err(db_err)?;
+        let t = self.w().open_table(DIRENTS).map_err(db_err)?;
         let empty = t
             .range((h, &b""[..])..(h + 1, &b""[..]))
             .map_err(db_err)?
@@ -421,8 +419,10 @@ impl Tx<'_> {
         Ok(empty)
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
-        let mut t = self.w()?.open_table(META).map_err(db_err)?;
-        let v = t.get(key).map_err(db_err)?.map(|v| v.value()).unwrap_or(first);
+        let mut t = self.w().open_table(META).map_err(db_err)?;
+        let old = t.get(key).map_err(db_err)?.map(|v| v.value());
+        self.undo(Undo::Meta(key.to_string(), old));
+        let v = old.unwrap_or(first);
         t.insert(key, v + 1).map_err(db_err)?;
         Ok(v)
     }
@@ -454,6 +454,59 @@ impl Tx<'_> {
             Ok(None)
         }
     }
+    /// Puts back, newest first, every value this request's changes
+    /// replaced.
+    fn roll_back(&self) -> R<()> {
+        let undo = std::mem::take(&mut *self.undo.borrow_mut());
+        let tx = self.tx;
+        for u in undo.into_iter().rev() {
+            match u {
+                Undo::Inode(k, v) => {
+                    let mut t = tx.open_table(INODES).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k, v.as_slice()).map_err(db_err)?),
+                        None => drop(t.remove(k).map_err(db_err)?),
+                    }
+                }
+                Undo::Dirent(d, n, v) => {
+                    let mut t = tx.open_table(DIRENTS).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert((d, n.as_slice()), v).map_err(db_err)?),
+                        None => drop(t.remove((d, n.as_slice())).map_err(db_err)?),
+                    }
+                }
+                Undo::Meta(k, v) => {
+                    let mut t = tx.open_table(META).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k.as_str(), v).map_err(db_err)?),
+                        None => drop(t.remove(k.as_str()).map_err(db_err)?),
+                    }
+                }
+                Undo::Cluster(k, v) => {
+                    let mut t = tx.open_table(CLUSTER).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k.as_str(), v.as_slice()).map_err(db_err)?),
+                        None => drop(t.remove(k.as_str()).map_err(db_err)?),
+                    }
+                }
+                Undo::Recipe(k, v) => {
+                    let mut t = tx.open_table(RECIPES).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k, v.as_slice()).map_err(db_err)?),
+                        None => drop(t.remove(k).map_err(db_err)?),
+                    }
+                }
+                Undo::Ref(k, v) => {
+                    let mut t = tx.open_table(REFS).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k.as_slice(), v).map_err(db_err)?),
+                        None => drop(t.remove(k.as_slice()).map_err(db_err)?),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Mds {
@@ -465,13 +518,12 @@ impl Mds {
             iods: cfg.iods.clone(),
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
-            reports: SizeReports::default(),
-            changing: parking_lot::Mutex::new(()),
+            open: parking_lot::Mutex::new(None),
         };
         mds.write(|tx| {
             // Every table exists from the start, so lookups (read
             // transactions, which cannot create one) find them.
-            let w = tx.w()?;
+            let w = tx.w();
             w.open_table(INODES).map_err(db_err)?;
             w.open_table(DIRENTS).map_err(db_err)?;
             w.open_table(META).map_err(db_err)?;
@@ -509,51 +561,43 @@ impl Mds {
         Ok(mds)
     }
 
-    /// Runs a change in one transaction, committed without an fsync: the
-    /// next durable commit ([`Mds::sync`]: a client's `fsync`, a `Sync`, or
-    /// the syncer within [`SYNC_EVERY`]) persists it. A crash before then
-    /// loses it whole, as a local file system loses unsynced metadata.
-    fn write(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
-        let _changing = self.changing.lock();
-        let mut tx = self.db.begin_write().map_err(db_err)?;
-        tx.set_durability(redb::Durability::None);
-        let tx = Tx {
-            tx: TxKind::W(Box::new(tx)),
-            reports: &self.reports,
-        };
-        let r = f(&tx)?;
-        if let TxKind::W(tx) = tx.tx {
-            tx.commit().map_err(db_err)?;
+    /// Runs a request in the open transaction (opening one if there is
+    /// none) while no other request runs. Its changes are seen by every
+    /// later request at once and made durable by the next durable commit
+    /// ([`Mds::sync`]: a client's `fsync`, a `Sync`, the syncer within
+    /// [`SYNC_EVERY`], or shutdown); a crash before then loses them whole,
+    /// as a local file system loses unsynced metadata. A request that
+    /// fails has what it changed put back, so it leaves nothing behind.
+    fn write<T>(&self, f: impl FnOnce(&Tx) -> R<T>) -> R<T> {
+        let mut open = self.open.lock();
+        if open.is_none() {
+            *open = Some(self.db.begin_write().map_err(db_err)?);
         }
-        self.unsynced.store(true, Ordering::SeqCst);
-        Ok(r)
-    }
-
-    /// Runs a lookup that changes nothing, on a snapshot.
-    fn read(&self, f: impl FnOnce(&Tx) -> R<Response>) -> R<Response> {
-        let _reports = self.reports.hold();
         let tx = Tx {
-            tx: TxKind::R(self.db.begin_read().map_err(db_err)?),
-            reports: &self.reports,
+            tx: open.as_ref().expect("opened above"),
+            undo: Default::default(),
         };
-        f(&tx)
+        let r = f(&tx);
+        let changed = !tx.undo.borrow().is_empty();
+        if r.is_err() && changed {
+            if let Err((_, e)) = tx.roll_back() {
+                // What the request changed cannot be told from what came
+                // before it: drop them all, as a crash would.
+                tracing::error!("metadata store: undoing a failed request failed ({e}); the changes since the last durable commit are dropped");
+                drop(tx);
+                *open = None;
+                return r;
+            }
+        } else if changed {
+            self.unsynced.store(true, Ordering::SeqCst);
+        }
+        r
     }
 
-    /// A node changed a file's content up to `size` (see [`changed`]):
-    /// recorded as a size report, stored with the next durable commit.
-    fn written(&self, handle: Handle, size: u64) -> R<Response> {
-        let _changing = self.changing.lock();
-        let mut i = {
-            let tx = Tx {
-                tx: TxKind::R(self.db.begin_read().map_err(db_err)?),
-                reports: &self.reports,
-            };
-            tx.get(handle)?
-        };
-        changed(&mut i, size);
-        self.reports.record(handle, SizeReport::of(&i.attr));
-        self.unsynced.store(true, Ordering::SeqCst);
-        Ok(Response::Attr(i.attr))
+    /// Runs a lookup: in the open transaction too, so it sees every change
+    /// made before it.
+    fn read<T>(&self, f: impl FnOnce(&Tx) -> R<T>) -> R<T> {
+        self.write(f)
     }
 
     /// Sets an extended attribute (`flags`: 1 create only, 2 replace only).
@@ -597,8 +641,7 @@ impl Mds {
     }
 
     fn get_xattr(&self, handle: Handle, name: &str) -> R<Vec<u8>> {
-        let rtx = self.db.begin_read().map_err(db_err)?;
-        let i = inode_in(&rtx.open_table(INODES).map_err(db_err)?, handle)?;
+        let i = self.read(|tx| tx.get(handle))?;
         i.xattrs
             .into_iter()
             .find(|(k, _)| k == name)
@@ -606,67 +649,54 @@ impl Mds {
             .ok_or((ErrorCode::NoData, format!("no extended attribute '{name}'")))
     }
 
-    /// Makes every change committed so far durable (one fsync).
-    /// Size reports are stored in the same commit, then forgotten.
+    /// Makes every change made so far durable: commits the open
+    /// transaction with an fsync. If that fails (a full disk), the changes
+    /// since the last durable commit are lost, as in a crash, and the
+    /// caller (a client's `fsync`) gets the error.
     fn sync(&self) -> R<Response> {
-        let _changing = self.changing.lock();
+        let mut open = self.open.lock();
         if self.unsynced.swap(false, Ordering::SeqCst) {
-            let stored = self.store_reports();
-            if let Err(e) = stored {
-                self.unsynced.store(true, Ordering::SeqCst);
-                return Err(e);
+            let Some(mut tx) = open.take() else {
+                return Ok(Response::Ok);
+            };
+            tx.set_durability(redb::Durability::Immediate);
+            if let Err(e) = tx.commit() {
+                tracing::error!(
+                    "metadata store: the durable commit failed ({e}); the changes since the last one are lost"
+                );
+                return Err(db_err(e));
             }
-            self.reports.forget_all();
         }
         Ok(Response::Ok)
     }
 
-    /// One durable commit of every size report still newer than its inode.
-    fn store_reports(&self) -> R<()> {
-        let mut tx = self.db.begin_write().map_err(db_err)?;
-        tx.set_durability(redb::Durability::Immediate);
-        let tx = Tx {
-            tx: TxKind::W(Box::new(tx)),
-            reports: &self.reports,
-        };
-        for (h, r) in self.reports.all() {
-            match tx.get(h) {
-                // `get` applied the report; stored unless already spent.
-                Ok(i) if i.attr.version == r.version => tx.put(&i)?,
-                Ok(_) | Err((ErrorCode::NotFound, _)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if let TxKind::W(tx) = tx.tx {
-            tx.commit().map_err(db_err)?;
-        }
-        Ok(())
-    }
-
     /// The recorded cluster id and data server addresses (none before the first start).
     fn cluster_record(&self) -> R<(Option<String>, Option<Vec<String>>)> {
-        let rtx = self.db.begin_read().map_err(db_err)?;
-        let t = rtx.open_table(CLUSTER).map_err(db_err)?;
-        let id = t
-            .get("cluster")
-            .map_err(db_err)?
-            .map(|v| String::from_utf8_lossy(v.value()).into_owned());
-        let iods = match t.get("iods").map_err(db_err)? {
-            Some(v) => Some(postcard::from_bytes::<Vec<String>>(v.value()).map_err(db_err)?),
-            None => None,
-        };
-        Ok((id, iods))
+        self.read(|tx| {
+            let t = tx.w().open_table(CLUSTER).map_err(db_err)?;
+            let id = t
+                .get("cluster")
+                .map_err(db_err)?
+                .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+            let iods = match t.get("iods").map_err(db_err)? {
+                Some(v) => Some(postcard::from_bytes::<Vec<String>>(v.value()).map_err(db_err)?),
+                None => None,
+            };
+            Ok((id, iods))
+        })
     }
 
     fn record_cluster(&self, id: &str, iods: &[String]) -> R<()> {
-        let tx = self.db.begin_write().map_err(db_err)?;
-        {
-            let mut t = tx.open_table(CLUSTER).map_err(db_err)?;
-            t.insert("cluster", id.as_bytes()).map_err(db_err)?;
+        self.write(|tx| {
+            let mut t = tx.w().open_table(CLUSTER).map_err(db_err)?;
             let list = postcard::to_stdvec(iods).map_err(db_err)?;
-            t.insert("iods", list.as_slice()).map_err(db_err)?;
-        }
-        tx.commit().map_err(db_err)
+            for (k, v) in [("cluster", id.as_bytes()), ("iods", list.as_slice())] {
+                let old = t.insert(k, v).map_err(db_err)?;
+                tx.undo(Undo::Cluster(k.into(), old.map(|v| v.value().to_vec())));
+            }
+            Ok(())
+        })?;
+        self.sync().map(|_| ())
     }
 
     /// A new file's layout under `policies` (stripe unit and width): the
@@ -829,8 +859,8 @@ impl Mds {
                 tx.touch_dir(&mut p, 0)?;
                 Ok(Response::Attr(i.attr))
             }),
-            Request::ReadDir { handle, after } => {
-                let rtx = self.db.begin_read().map_err(db_err)?;
+            Request::ReadDir { handle, after } => self.read(|tx| {
+                let rtx = tx.w();
                 let inodes = rtx.open_table(INODES).map_err(db_err)?;
                 let v = inodes
                     .get(handle)
@@ -868,7 +898,7 @@ impl Mds {
                     });
                 }
                 Ok(Response::Entries { entries: out, more })
-            }
+            }),
             Request::Forget { handle } => self.write(|tx| match tx.get(handle) {
                 Ok(i) if i.attr.nlink == 0 && i.attr.kind != FileKind::Dir => {
                     tx.delete(handle)?;
@@ -932,8 +962,8 @@ impl Mds {
                 new_parent,
                 new_name,
             } => self.write(|tx| self.rename(tx, parent, &name, new_parent, &new_name)),
-            Request::StatFs => {
-                let rtx = self.db.begin_read().map_err(db_err)?;
+            Request::StatFs => self.read(|tx| {
+                let rtx = tx.w();
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
                 // The metadata store's own disk; clients add the data servers'.
                 let (cap, free) = crate::capacity(&self.dir);
@@ -943,7 +973,7 @@ impl Mds {
                     files,
                     block_size: 4096,
                 })
-            }
+            }),
             Request::SetPolicy { handle, key, value } => self.write(|tx| {
                 let value = check_policy(&key, &value)?;
                 let mut i = tx.get(handle)?;
@@ -1043,7 +1073,12 @@ impl Mds {
                 tx.put(&i)?;
                 Ok(Response::Ok)
             }),
-            Request::Written { handle, size } => self.written(handle, size),
+            Request::Written { handle, size } => self.write(|tx| {
+                let mut i = tx.get(handle)?;
+                changed(&mut i, size);
+                tx.put(&i)?;
+                Ok(Response::Attr(i.attr))
+            }),
             Request::Servers => Ok(Response::Servers(self.iods.clone())),
             Request::Hashes {
                 handle, from, count, ..
@@ -1086,8 +1121,8 @@ impl Mds {
                 tx.put(&i)?;
                 Ok(Response::Committed { attr: i.attr, released })
             }),
-            Request::Unreferenced { hashes } => {
-                let rtx = self.db.begin_read().map_err(db_err)?;
+            Request::Unreferenced { hashes } => self.read(|tx| {
+                let rtx = tx.w();
                 let unnamed = match rtx.open_table(REFS) {
                     Ok(t) => {
                         let mut v = Vec::new();
@@ -1102,9 +1137,9 @@ impl Mds {
                     Err(e) => return Err(db_err(e)),
                 };
                 Ok(Response::Hashes(unnamed))
-            }
-            Request::Stats => {
-                let rtx = self.db.begin_read().map_err(db_err)?;
+            }),
+            Request::Stats => self.read(|tx| {
+                let rtx = tx.w();
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
                 let (capacity_bytes, free_bytes) = crate::capacity(&self.dir);
                 let chunks = match rtx.open_table(REFS) {
@@ -1124,7 +1159,7 @@ impl Mds {
                     chunks,
                     ..ServerStats::default()
                 }))
-            }
+            }),
             other => Err((
                 ErrorCode::BadRequest,
                 format!("the metadata server does not serve {other:?}"),
@@ -1777,11 +1812,11 @@ mod tests {
         }
     }
 
-    /// A size report is seen at once, loses to a later truncate, is stored
-    /// by the next durable commit and, like an unsynced commit, lost
-    /// without one.
+    /// A change (here a node's size report) is seen by the next request at
+    /// once, loses to a later truncate, is made durable by the next sync
+    /// and, without one, lost whole as in a crash.
     #[test]
-    fn size_reports_are_seen_at_once_and_stored_with_the_next_sync() {
+    fn changes_are_seen_at_once_and_made_durable_by_the_next_sync() {
         let cfg = config("reports");
         let m = Mds::open(&cfg).unwrap();
         let (a, b) = (create(&m, "a"), create(&m, "b"));
@@ -1799,26 +1834,92 @@ mod tests {
         m.op(Request::SetAttr { handle: a, set }).unwrap();
         assert_eq!(size_of(&m, a).0, 10);
         m.op(Request::Written { handle: b, size: 8192 }).unwrap();
-        // A chmod reads the report and stores it with its own change.
-        let set = SetAttr {
-            mode: Some(0o600),
-            ..SetAttr::default()
-        };
-        m.op(Request::SetAttr { handle: b, set }).unwrap();
         m.op(Request::Sync).unwrap();
         m.op(Request::Written { handle: b, size: 9000 }).unwrap();
+        let c = create(&m, "c");
         assert_eq!(size_of(&m, b).0, 9000);
-        // Dropped without a sync: the last report is lost, as a crash
-        // loses a change committed without an fsync.
+        // Dropped without a sync: what came after the last one is lost.
         drop(m);
         let m = Mds::open(&cfg).unwrap();
         assert_eq!(size_of(&m, a).0, 10);
         assert_eq!(size_of(&m, b).0, 8192);
+        assert!(m.op(Request::GetAttr { handle: c }).is_err());
         m.op(Request::Written { handle: b, size: 9000 }).unwrap();
         m.op(Request::Sync).unwrap();
         drop(m);
         let m = Mds::open(&cfg).unwrap();
         assert_eq!(size_of(&m, b).0, 9000);
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    fn lookup(m: &Mds, name: &str) -> Option<Handle> {
+        match m.op(Request::Lookup {
+            parent: ROOT,
+            name: name.as_bytes().to_vec(),
+        }) {
+            Ok(Response::Attr(a)) => Some(a.handle),
+            Err((ErrorCode::NotFound, _)) => None,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Requests share one open transaction, so a request that fails after
+    /// changing something is undone alone: the requests before it keep
+    /// their changes, durable at the next sync.
+    #[test]
+    fn a_failed_request_is_undone_alone() {
+        let mut cfg = config("undo");
+        let m = Mds::open(&cfg).unwrap();
+        let a = create(&m, "a");
+        // A request that links a name, bumps a counter and rewrites an
+        // inode, then fails.
+        let failed = m.write(|tx| -> R<()> {
+            let mut i = tx.get(a)?;
+            i.attr.mode = 0o600;
+            tx.put(&i)?;
+            tx.counter("next_handle", ROOT + 1)?;
+            tx.link(ROOT, b"ghost", a)?;
+            tx.unlink(ROOT, b"a")?;
+            Err((ErrorCode::Io, "failed on purpose".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(lookup(&m, "ghost"), None);
+        assert_eq!(lookup(&m, "a"), Some(a));
+        match m.op(Request::GetAttr { handle: a }) {
+            Ok(Response::Attr(attr)) => assert_eq!(attr.mode, 0o644),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(create(&m, "b"), a + 1, "the counter was put back");
+        m.op(Request::Sync).unwrap();
+        drop(m);
+        // A create that fails after taking a handle (no data server to
+        // lay the file out on) gives it back.
+        cfg.iods.clear();
+        let m = Mds::open(&cfg).unwrap();
+        let failed = m.op(Request::Create {
+            parent: ROOT,
+            name: b"c".to_vec(),
+            mode: 0o644,
+            exclusive: true,
+        });
+        assert!(failed.is_err());
+        assert_eq!(lookup(&m, "c"), None);
+        match m.op(Request::Mkdir {
+            parent: ROOT,
+            name: b"d".to_vec(),
+            mode: 0o755,
+        }) {
+            Ok(Response::Attr(attr)) | Ok(Response::Created { attr, .. }) => assert_eq!(attr.handle, a + 2),
+            other => panic!("{other:?}"),
+        }
+        m.op(Request::Sync).unwrap();
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(
+            (lookup(&m, "a"), lookup(&m, "b"), lookup(&m, "ghost")),
+            (Some(a), Some(a + 1), None)
+        );
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
