@@ -6,9 +6,13 @@
 //! (parcache: a fresh mount reading from the data servers' caches, against
 //! loopback TCP measured in the same run); 4 KiB random reads with 1 job
 //! and with 4 jobs on one file, cold and cached; creating small files
-//! (4 KiB each, one open/write/close per file) and reading them back cold.
-//! Also the CPU per byte of parcache's daemons and mount, and the most
-//! threads they reached.
+//! (4 KiB each, one open/write/close per file) and reading them back cold;
+//! IOR's two access patterns (2 processes writing then, cold, reading 1 MiB
+//! transfers of one shared file in segments, and of a file each) with fio,
+//! and mdtest's (2 processes creating, stating and removing FILES empty
+//! files in one directory), since neither IOR nor mdtest can be built
+//! here. Also the CPU per byte of parcache's daemons and mount, and the
+//! most threads they reached.
 //!
 //! Run: `cargo run --release -p parcache-bench --bin mount-io [-- MIB [FILES]]`
 //! (defaults 1024 MiB and 10,000 files). Needs fio, bindfs and fuse3
@@ -97,6 +101,77 @@ fn small_files(dir: &Path, n: usize) -> Result<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
+/// mdtest's three phases with 2 processes (threads here: each call is a
+/// system call of its own) on `n` empty files in one shared directory:
+/// create (open with O_CREAT, close), stat, remove. Returns operations
+/// per second of each phase, both processes together.
+fn md_phases(dir: &Path, n: usize) -> Result<[f64; 3]> {
+    let d = dir.join("md");
+    std::fs::create_dir(&d)?;
+    let per = n / 2;
+    let phase = |op: &(dyn Fn(&Path) -> std::io::Result<()> + Sync)| -> Result<f64> {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (0..2)
+                .map(|k| {
+                    let d = &d;
+                    s.spawn(move || -> std::io::Result<()> {
+                        for i in 0..per {
+                            op(&d.join(format!("t{k}.{i:05}")))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for r in runs {
+                r.join().expect("an mdtest process panicked")?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .with_context(|| format!("mdtest-like phase in {}", d.display()))?;
+        Ok((2 * per) as f64 / t.elapsed().as_secs_f64())
+    };
+    let create = phase(&|p| std::fs::File::create(p).map(drop))?;
+    let stat = phase(&|p| std::fs::metadata(p).map(drop))?;
+    let remove = phase(&|p| std::fs::remove_file(p))?;
+    std::fs::remove_dir(&d)?;
+    Ok([create, stat, remove])
+}
+
+/// IOR's two patterns with 2 processes (fio jobs) and 1 MiB transfers,
+/// `mib` in all: one shared file, each process writing then reading its
+/// own contiguous segment (IOR's default layout), and a file per process.
+/// The writes end with fsync; `cold` runs before each read. Returns GB/s
+/// (both processes together): shared write, shared read, per-process
+/// write, per-process read.
+fn ior_patterns(dir: &Path, mib: u64, mut cold: impl FnMut() -> Result<()>) -> Result<[f64; 4]> {
+    let half = format!("{}M", mib / 2);
+    let segment = format!("--offset_increment={}M", mib / 2);
+    let shared = ["--numjobs=2", "--group_reporting", "--filename=ior.shared", &segment];
+    let sw = fio(
+        dir,
+        "ior",
+        "write",
+        "1M",
+        &half,
+        &[&shared[..], &["--end_fsync=1"]].concat(),
+    )?;
+    cold()?;
+    let sr = fio(dir, "ior", "read", "1M", &half, &shared)?;
+    let fpp = ["--numjobs=2", "--group_reporting"];
+    let fw = fio(
+        dir,
+        "iorfpp",
+        "write",
+        "1M",
+        &half,
+        &[&fpp[..], &["--end_fsync=1"]].concat(),
+    )?;
+    cold()?;
+    let fr = fio(dir, "iorfpp", "read", "1M", &half, &fpp)?;
+    Ok([sw.bw, sr.bw, fw.bw, fr.bw])
+}
+
 /// Reads back the `n` files [`small_files`] made, each opened, read and
 /// closed, checking their bytes; returns files per second.
 fn read_small_files(dir: &Path, n: usize) -> Result<f64> {
@@ -135,6 +210,10 @@ struct Figures {
     rand_cached4: f64,
     files: f64,
     files_read: f64,
+    /// IOR's patterns (GB/s): shared file and file per process, write and read.
+    ior: [f64; 4],
+    /// mdtest's phases (operations/s): create, stat, remove.
+    md: [f64; 3],
     /// CPU nanoseconds per byte of the sequential write and read (this
     /// process only: parcache's daemons and mount; 0 for the others).
     cpu_write: f64,
@@ -225,6 +304,9 @@ fn measure(
     let f = small_files(dir, files)?;
     cold()?;
     let fr = read_small_files(dir, files)?;
+    eprintln!("{name}: IOR's patterns (2 processes, shared file and file per process) and mdtest's (2 processes, {files} files)");
+    let ior = ior_patterns(dir, mib, &mut cold)?;
+    let md = md_phases(dir, files)?;
     Ok(Figures {
         write: w.bw,
         read: r.bw,
@@ -235,6 +317,8 @@ fn measure(
         rand_cached4: cached4.iops,
         files: f,
         files_read: fr,
+        ior,
+        md,
         cpu_write,
         cpu_read,
     })
@@ -368,7 +452,43 @@ fn main() -> Result<()> {
         pf.read_warm / tcp
     );
     println!(
-        "targets (issue 14): write, cold read >= 0.9 of local; warm read >= 0.6 of loopback TCP; random reads >= 0.8 of local; create and read back >= 1.0 of bindfs"
+        "IOR's and mdtest's patterns (fio and threads; neither tool can be built here): 2 processes; {mib} MiB in 1 MiB transfers (write ends with fsync, read cold); {files} empty files in one directory"
+    );
+    let cols2 = [
+        "shared wr",
+        "shared rd",
+        "per-proc wr",
+        "per-proc rd",
+        "md create/s",
+        "md stat/s",
+        "md remove/s",
+    ];
+    let row2 = |f: &Figures| [f.ior[0], f.ior[1], f.ior[2], f.ior[3], f.md[0], f.md[1], f.md[2]];
+    print!("{:<10}", "");
+    for c in cols2 {
+        print!(" {c:>12}");
+    }
+    println!("   (IOR: GB/s)");
+    for (n, f) in [("local", lf), ("bindfs", bf), ("parcache", pf)] {
+        print!("{n:<10}");
+        for (i, v) in row2(&f).into_iter().enumerate() {
+            if i < 4 {
+                print!(" {v:>12.2}");
+            } else {
+                print!(" {v:>12.0}");
+            }
+        }
+        println!();
+    }
+    for (n, b) in [("/local", lf), ("/bindfs", bf)] {
+        print!("{n:<10}");
+        for (x, y) in row2(&pf).into_iter().zip(row2(&b)) {
+            print!(" {:>12.2}", x / y);
+        }
+        println!();
+    }
+    println!(
+        "targets (issue 14): write, cold read >= 0.9 of local; warm read >= 0.6 of loopback TCP; random reads >= 0.8 of local; create and read back >= 1.0 of bindfs; IOR and mdtest patterns >= 0.8 of bindfs"
     );
     println!(
         "CPU per byte (all daemons and the mount, this process): write {:.2} ns/B, cold read {:.2} ns/B",
@@ -378,14 +498,6 @@ fn main() -> Result<()> {
         "threads: at most {} in this process (all 5 daemons and the mount together; aim: no daemon above 64)",
         threads.most()
     );
-    for tool in ["ior", "mdtest"] {
-        let found = Command::new(tool).arg("--help").output().is_ok();
-        if found {
-            println!("{tool}: installed, but not run by this benchmark yet");
-        } else {
-            println!("{tool}: skipped (not installed; it builds from its source with Open MPI, and this machine cannot fetch the source)");
-        }
-    }
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -405,3 +405,30 @@ async fn random_and_mutated_frames_against_the_real_server() {
     assert!(iod.child.wait().unwrap().success(), "the server exits cleanly");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A removal is logged without an fsync (like the metadata server's
+/// unlink, it is durable at the next sync), yet it survives `kill -9` of
+/// the server: the log's replay does not bring the removed part back.
+#[tokio::test]
+async fn a_removal_survives_kill_9_of_the_server() {
+    let dir = temp_dir("iod-remove");
+    let secret = Secret::generate();
+    secret.save(&dir.join("secret")).unwrap();
+    let iod = Iod::start(&dir);
+    let c = Client::connect(&iod.addr, &secret).await.unwrap();
+    put(&c, 7, 0, &[3u8; 100_000]).await;
+    put(&c, 8, 0, &[4u8; 5_000]).await;
+    let (r, _) = c.call(&Request::Remove { handle: 7 }, &[]).await.unwrap();
+    assert_eq!(r, Response::Ok);
+    assert!(get(&c, 7, 0, 65536).await.is_empty(), "gone at once");
+    drop(iod); // SIGKILL: the writes and the removal are only in the log
+    let iod = Iod::start(&dir);
+    let c = Client::connect(&iod.addr, &secret).await.unwrap();
+    assert!(
+        get(&c, 7, 0, 65536).await.is_empty(),
+        "the replay brought the part back"
+    );
+    assert_eq!(get(&c, 8, 0, 65536).await, vec![4u8; 5_000]);
+    drop(iod);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -322,10 +322,12 @@ impl DataPath {
         Ok(())
     }
 
-    /// Removes a file's parts from the servers that hold them.
+    /// Removes a file's parts from the servers that hold them, all at once.
     pub async fn remove(&self, handle: u64, servers: &[u32]) -> Result<()> {
-        for &s in servers {
-            self.call(s, &Request::Remove { handle }, &[]).await?;
+        let req = Request::Remove { handle };
+        let calls = servers.iter().map(|&s| self.call(s, &req, &[]));
+        for r in join_all(calls).await {
+            r?;
         }
         Ok(())
     }

@@ -233,7 +233,14 @@ impl Iod {
     /// applied (see [`Iod::cut_logged`]).
     async fn cut(&self, entry: Entry) -> io::Result<()> {
         let _g = self.gate.read().await;
-        self.log.append(entry.clone()).await?;
+        if let Entry::Remove { .. } = entry {
+            // Like the metadata server's unlink, not durable until the
+            // next sync: a crash that loses it leaves the part behind
+            // (space, never a file whose data is gone).
+            self.log.append_buffered(entry.clone()).await?;
+        } else {
+            self.log.append(entry.clone()).await?;
+        }
         self.cut_logged(entry).await
     }
 
