@@ -1342,9 +1342,10 @@ impl MdsHandler {
     async fn op(&self, req: Request) -> Response {
         let mds = self.0.clone();
         if req != Request::Sync {
-            // A read of a snapshot, or a change committed without an fsync
-            // (a few page writes into the OS cache): tens of microseconds,
-            // less than handing it to another thread costs.
+            // A request in the open transaction (pages in memory): tens of
+            // microseconds, less than handing it to another thread costs.
+            // It waits while a durable commit runs (2.7 ms after 4,000
+            // creates in `mds-ops`).
             return mds.op(req).unwrap_or_else(|(code, msg)| Response::error(code, msg));
         }
         match tokio::task::spawn_blocking(move || mds.op(req)).await {
