@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Every ratio issue 14 (speed) asks for, in one command: the mount against
+# a local directory, bindfs and loopback TCP, with IOR's and mdtest's
+# patterns (mount-io), then the client library against loopback TCP and
+# memcpy (cluster-io). Run as root, so "cold" is cold (drop_caches).
+# Usage: bench/speed.sh [MIB [FILES]]   (defaults 1024 and 10000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mib=${1:-1024}
+files=${2:-10000}
+scripts/setup.sh
+echo "bench/speed.sh: building the benchmarks (release)" >&2
+cargo build --release --locked -p parcache-bench --bin mount-io --bin cluster-io
+echo "== the mount (mount-io $mib $files)"
+target/release/mount-io "$mib" "$files"
+echo "== the client library (cluster-io $mib)"
+target/release/cluster-io "$mib"
