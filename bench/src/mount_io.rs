@@ -324,6 +324,35 @@ fn measure(
     })
 }
 
+/// Prints one table: a column header, the local directory's, bindfs's and
+/// parcache's figures (the first `fractional` columns with two decimals),
+/// then parcache's ratio to each of the other two.
+fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, rows: [[f64; N]; 3]) {
+    print!("{:<10}", "");
+    for c in cols {
+        print!(" {c:>12}");
+    }
+    println!("   {unit}");
+    for (n, r) in ["local", "bindfs", "parcache"].into_iter().zip(rows) {
+        print!("{n:<10}");
+        for (i, v) in r.into_iter().enumerate() {
+            if i < fractional {
+                print!(" {v:>12.2}");
+            } else {
+                print!(" {v:>12.0}");
+            }
+        }
+        println!();
+    }
+    for (n, b) in [("/local", rows[0]), ("/bindfs", rows[1])] {
+        print!("{n:<10}");
+        for (x, y) in rows[2].into_iter().zip(b) {
+            print!(" {:>12.2}", x / y);
+        }
+        println!();
+    }
+}
+
 fn main() -> Result<()> {
     let mib: u64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(1024);
     let files: usize = std::env::args()
@@ -421,29 +450,7 @@ fn main() -> Result<()> {
             f.files_read,
         ]
     };
-    print!("{:<10}", "");
-    for c in cols {
-        print!(" {c:>12}");
-    }
-    println!("   (random reads: IOPS)");
-    for (n, f) in [("local", lf), ("bindfs", bf), ("parcache", pf)] {
-        print!("{n:<10}");
-        for (i, v) in row(&f).into_iter().enumerate() {
-            if i < 3 {
-                print!(" {v:>12.2}");
-            } else {
-                print!(" {v:>12.0}");
-            }
-        }
-        println!();
-    }
-    for (n, b) in [("/local", lf), ("/bindfs", bf)] {
-        print!("{n:<10}");
-        for (x, y) in row(&pf).into_iter().zip(row(&b)) {
-            print!(" {:>12.2}", x / y);
-        }
-        println!();
-    }
+    print_table(&cols, 3, "(random reads: IOPS)", [lf, bf, pf].map(|f| row(&f)));
     println!(
         "{:<10} {:>12} {:>12} {:>12.2}   (warm read / loopback TCP)",
         "/TCP",
@@ -464,29 +471,7 @@ fn main() -> Result<()> {
         "md remove/s",
     ];
     let row2 = |f: &Figures| [f.ior[0], f.ior[1], f.ior[2], f.ior[3], f.md[0], f.md[1], f.md[2]];
-    print!("{:<10}", "");
-    for c in cols2 {
-        print!(" {c:>12}");
-    }
-    println!("   (IOR: GB/s)");
-    for (n, f) in [("local", lf), ("bindfs", bf), ("parcache", pf)] {
-        print!("{n:<10}");
-        for (i, v) in row2(&f).into_iter().enumerate() {
-            if i < 4 {
-                print!(" {v:>12.2}");
-            } else {
-                print!(" {v:>12.0}");
-            }
-        }
-        println!();
-    }
-    for (n, b) in [("/local", lf), ("/bindfs", bf)] {
-        print!("{n:<10}");
-        for (x, y) in row2(&pf).into_iter().zip(row2(&b)) {
-            print!(" {:>12.2}", x / y);
-        }
-        println!();
-    }
+    print_table(&cols2, 4, "(IOR: GB/s)", [lf, bf, pf].map(|f| row2(&f)));
     println!(
         "targets (issue 14): write, cold read >= 0.9 of local; warm read >= 0.6 of loopback TCP; random reads >= 0.8 of local; create and read back >= 1.0 of bindfs; IOR and mdtest patterns >= 0.8 of bindfs"
     );
