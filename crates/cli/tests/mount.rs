@@ -1735,3 +1735,78 @@ fn a_directory_after_a_create_is_stated_as_the_server_has_it() {
     assert_eq!(names, ["f0", "f1", "f2", "g", "i", "sub"]);
     finish(base, cluster, a, b);
 }
+
+/// Stats `path` on another thread while the metadata server is stopped
+/// (SIGSTOP): whether the kernel answered within `budget` (a stat that
+/// needs the server waits until SIGCONT). Tried three times, as a loaded
+/// machine may let the root directory's one-second attributes run out.
+fn stat_while_stopped(mds_pid: u64, path: &Path, budget: Duration) -> Option<std::fs::Metadata> {
+    for _ in 0..3 {
+        let _ = std::fs::metadata(path);
+        let sig = |s: &str| Command::new("kill").args([s, &mds_pid.to_string()]).status().unwrap();
+        sig("-STOP");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::fs::metadata(p));
+        });
+        let got = rx.recv_timeout(budget);
+        sig("-CONT");
+        match got {
+            Ok(m) => return Some(m.unwrap()),
+            Err(_) => {
+                let _ = rx.recv();
+            }
+        }
+    }
+    None
+}
+
+/// A file's attributes and name are kept by each mount's kernel under a
+/// lease from the metadata server: a `stat` is answered while the server
+/// is stopped; yet another node's change, through a mount or through a
+/// client that holds no leases (`parcache cp`, `parcache policy`), is seen
+/// by the next `stat` once it has returned: the server called the lease
+/// back before answering it.
+#[test]
+fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
+    let (base, cluster, a, b) = two_nodes("leases", "2");
+    let d = cluster.0.to_str().unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
+    let mds_pid = info["pids"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+    std::fs::write(a.p("f"), b"one").unwrap();
+    let m = stat_while_stopped(mds_pid, &a.p("f"), Duration::from_millis(500))
+        .expect("a stat of a leased file needs no request to the metadata server");
+    assert_eq!(m.len(), 3);
+    // The other node's stat takes a lease too.
+    assert_eq!(std::fs::metadata(b.p("f")).unwrap().len(), 3);
+
+    // Changes through the other mount, each seen by a's next stat.
+    std::fs::set_permissions(b.p("f"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(std::fs::metadata(a.p("f")).unwrap().mode() & 0o777, 0o600, "chmod on b");
+    std::fs::write(b.p("f"), b"longer").unwrap();
+    assert_eq!(std::fs::metadata(a.p("f")).unwrap().len(), 6, "write and close on b");
+    assert_eq!(std::fs::read(a.p("f")).unwrap(), b"longer");
+    std::fs::write(b.p("g"), b"the renamed one").unwrap();
+    std::fs::rename(b.p("g"), b.p("f")).unwrap();
+    assert_eq!(std::fs::metadata(a.p("f")).unwrap().len(), 15, "rename over it on b");
+    // a's own change keeps its lease; b sees it.
+    std::fs::write(a.p("f"), b"a's").unwrap();
+    assert_eq!(std::fs::metadata(b.p("f")).unwrap().len(), 3, "a's write, seen on b");
+    assert_eq!(std::fs::metadata(a.p("f")).unwrap().len(), 3);
+
+    // A client without leases: every mount holding one is called back.
+    let src = base.join("src");
+    std::fs::write(&src, b"from outside the mounts").unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", d, src.to_str().unwrap(), "pc:/f"]);
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::metadata(a.p("f")).unwrap().len(), 23, "parcache cp, seen on a");
+    assert_eq!(std::fs::metadata(b.p("f")).unwrap().len(), 23, "parcache cp, seen on b");
+
+    // Removed on b: gone on a at once (its name was called back too).
+    std::fs::remove_file(b.p("f")).unwrap();
+    let e = std::fs::metadata(a.p("f")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "unlink on b");
+    finish(base, cluster, a, b);
+}

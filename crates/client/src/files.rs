@@ -421,6 +421,7 @@ impl Fs {
                             parcache_proto::Callback::DropBlocks { first, last } => {
                                 Callback::DropBlocks { first, last }
                             }
+                            parcache_proto::Callback::Forget => Callback::Forget,
                         };
                         if let Err(e) = fs.called_back(handle, core_cb).await {
                             tracing::warn!("callback {cb:?} for handle {handle}: {e}");
@@ -434,6 +435,13 @@ impl Fs {
 
     /// Does what the metadata server asked of this node for a file.
     async fn called_back(&self, handle: u64, cb: Callback) -> Result<()> {
+        if cb == Callback::Forget {
+            // The kernel's copy only; answered once it is gone.
+            if let Some(forget) = self.kernel.get().cloned() {
+                let _ = tokio::task::spawn_blocking(move || forget(Some(handle))).await;
+            }
+            return Ok(());
+        }
         if cb == Callback::Invalidate {
             // Hashes only: no gate (a write here may be waiting for its own
             // commit, which waits for another node answering this one).

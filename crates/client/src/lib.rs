@@ -113,6 +113,9 @@ pub struct Fs {
     me: Weak<Fs>,
     /// Whether the task answering the metadata server's callbacks runs.
     answering: AtomicBool,
+    /// A mount's kernel under leases: what forgets a file's attributes
+    /// and names there ([`Fs::lease_kernel_cache`]).
+    kernel: std::sync::OnceLock<KernelForget>,
     /// The path (or, through a mount, the name) each file was reached by,
     /// so errors name files rather than handles.
     names: Mutex<HashMap<u64, String>>,
@@ -129,6 +132,10 @@ pub struct Fs {
     nv: Option<nv::Nv>,
     secret: Secret,
 }
+
+/// What makes a mount's kernel forget what it keeps of a file (`Some`:
+/// its handle) or of every file (`None`). Called on a blocking thread.
+pub type KernelForget = Arc<dyn Fn(Option<u64>) + Send + Sync>;
 
 /// A node id no other node is likely to have: random, with the process id.
 fn node_id() -> u64 {
@@ -187,6 +194,7 @@ impl Fs {
             node: node_id(),
             me: me.clone(),
             answering: AtomicBool::new(false),
+            kernel: std::sync::OnceLock::new(),
             names: Mutex::new(HashMap::new()),
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),
@@ -222,6 +230,27 @@ impl Fs {
             }
             names.insert(a.handle, name.to_string());
         }
+    }
+
+    /// Lets the node's kernel keep files' attributes and names under leases
+    /// (`parcache_core::consistency::leases`; a mount calls it once): from
+    /// now on every request to the metadata server is made for this node,
+    /// which answers its callbacks by calling `forget` with the file's
+    /// handle, and calls `forget(None)` when the connection to the server
+    /// is lost (a restarted server knows of no lease).
+    pub fn lease_kernel_cache(&self, forget: KernelForget) {
+        if self.kernel.set(forget.clone()).is_err() {
+            return;
+        }
+        self.mds.on_lost(Arc::new(move || forget(None)));
+        self.mds.speak_for(self.node);
+        self.answer_callbacks();
+    }
+
+    /// Whether answers from the metadata server come with leases now
+    /// ([`Fs::lease_kernel_cache`]).
+    pub fn leasing(&self) -> bool {
+        self.kernel.get().is_some()
     }
 
     /// How many times to try a data server before giving up (at least 1).

@@ -6,7 +6,8 @@
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_proto::{Client, ConnError, Payload, Request, Response, Secret};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -24,6 +25,10 @@ pub struct Peer {
     retries: AtomicU32,
     /// Whether the loss was logged and the recovery is still to be.
     lost: AtomicBool,
+    /// The node every request is made for (`Request::As`; 0: none).
+    node: AtomicU64,
+    /// Called (on a blocking thread) when a connection is found lost.
+    on_lost: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Peer {
@@ -35,7 +40,22 @@ impl Peer {
             conn: Mutex::new(None),
             retries: AtomicU32::new(DEFAULT_RETRIES),
             lost: AtomicBool::new(false),
+            node: AtomicU64::new(0),
+            on_lost: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Calls `f` (on a blocking thread) each time the connection is found
+    /// lost, before connecting anew: what the server granted on it (a
+    /// mount's leases) may be forgotten by a restarted server.
+    pub fn on_lost(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        let _ = self.on_lost.set(f);
+    }
+
+    /// Makes every later request one made for `node`, a mount holding
+    /// leases (the metadata server's `Request::As`).
+    pub fn speak_for(&self, node: u64) {
+        self.node.store(node, Ordering::SeqCst);
     }
 
     /// A peer whose first connection is already made.
@@ -55,8 +75,13 @@ impl Peer {
         if let Some(c) = g.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        if g.is_some() && !self.lost.swap(true, Ordering::SeqCst) {
-            tracing::warn!("lost the connection to the {} ({}); reconnecting", self.name, self.addr);
+        if g.is_some() {
+            if let Some(f) = self.on_lost.get().cloned() {
+                tokio::task::spawn_blocking(move || f());
+            }
+            if !self.lost.swap(true, Ordering::SeqCst) {
+                tracing::warn!("lost the connection to the {} ({}); reconnecting", self.name, self.addr);
+            }
         }
         *g = None;
         let c = Client::connect(&self.addr, &self.secret).await?;
@@ -78,6 +103,17 @@ impl Peer {
 
     /// [`Peer::call`] with a payload borrowed or shared ([`Payload`]).
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
+        let wrapped;
+        let req = match self.node.load(Ordering::SeqCst) {
+            0 => req,
+            node => {
+                wrapped = Request::As {
+                    node,
+                    req: Box::new(req.clone()),
+                };
+                &wrapped
+            }
+        };
         let retries = self.retries.load(Ordering::Relaxed);
         let mut last = String::new();
         for attempt in 0..retries {

@@ -6,9 +6,11 @@
 //! fuser calls this code on its session thread; each request is handed to a
 //! tokio task, so requests run concurrently and a slow one does not hold up
 //! the rest. Inode numbers are the metadata server's handles (the root is 1
-//! in both). A file's attributes and name are given to the kernel with a
-//! zero time-to-live: a file changed by another node is seen at its next
-//! `stat`. A directory's are kept for a second ([`DIR_TTL`]).
+//! in both). A file's attributes and name are kept by the kernel under a
+//! lease from the metadata server ([`leases`]): until another node changes
+//! the file, whose change is answered only after the kernel here forgot
+//! them; a `stat` anywhere after it sees it. A directory's are kept for a
+//! second ([`DIR_TTL`]).
 
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -25,35 +27,20 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod leases;
 mod recorder;
+use leases::{KernelLeases, Ticket};
 use parcache_core::TraceOp;
 pub use recorder::Recorder;
 
 pub use fuser::{BackgroundSession, MountOption};
 
-/// How long the kernel may keep a file's attributes and name: not at all,
-/// so `stat` after another node's write, link or truncate is right.
-const TTL: Duration = Duration::ZERO;
 /// How long the kernel may keep a directory's attributes and name (as
 /// NFS's `acdirmin`): path walks and permission checks then cost no request
 /// per directory. This node's own changes to a directory are seen at once;
 /// another node's (a new mode, link count or mtime; a rename) within this.
 const DIR_TTL: Duration = Duration::from_secs(1);
 
-/// How long the kernel may keep the attributes of a file this node has
-/// just created: one clock tick, enough for the permission check of the
-/// open that follows the create to cost no request. No other node can
-/// have changed a file within a tick of its creation reaching it.
-const CREATED_TTL: Duration = Duration::from_millis(1);
-
-/// The time-to-live the kernel gets with `a`.
-fn ttl(a: &Attr) -> &'static Duration {
-    if a.kind == FileKind::Dir {
-        &DIR_TTL
-    } else {
-        &TTL
-    }
-}
 const FUSE_ASYNC_DIO: u64 = 1 << 15;
 const FUSE_PARALLEL_DIROPS: u64 = 1 << 18;
 
@@ -118,6 +105,8 @@ pub struct Mount {
     recorder: Option<Arc<Recorder>>,
     /// Directories' attributes as this node's creates left them.
     created_in: Arc<Mutex<CreatedIn>>,
+    /// What the kernel keeps under the metadata server's leases.
+    leases: Arc<KernelLeases>,
 }
 
 /// The attributes of directories this node just created files in, with
@@ -162,6 +151,7 @@ impl Mount {
             next_dir: 1,
             recorder: None,
             created_in: Arc::new(Mutex::new(CreatedIn::default())),
+            leases: Arc::new(KernelLeases::default()),
         }
     }
 
@@ -181,7 +171,13 @@ impl Mount {
             MountOption::AllowOther,
             MountOption::RW,
         ];
+        let (fs, leases, rt) = (self.fs.clone(), self.leases.clone(), self.rt.clone());
         let session = fuser::spawn_mount2(self, mountpoint, &opts)?;
+        // From here on the kernel keeps files' attributes and names under
+        // leases, and forgets them when they are called back.
+        let _ = leases.notifier.set(session.notifier());
+        let _in_runtime = rt.enter();
+        fs.lease_kernel_cache(Arc::new(move |handle| leases.forget(handle)));
         // The kernel sets the read-ahead while it handles the answer to its
         // `INIT` (a value written before is lost), and holds every request
         // until then: a `statfs`, which always reaches the mount, returns
@@ -220,15 +216,32 @@ impl Mount {
         });
     }
 
-    /// Runs `op` and answers with the entry it yields or its errno.
-    fn entry(&self, op: impl Future<Output = Result<Attr, FsError>> + Send + 'static, reply: ReplyEntry) {
+    /// Runs `op` and answers with the entry it yields (the file named
+    /// `name` in directory `parent`) or its errno.
+    fn entry(
+        &self,
+        parent: u64,
+        name: Vec<u8>,
+        op: impl Future<Output = Result<Attr, FsError>> + Send + 'static,
+        reply: ReplyEntry,
+    ) {
         let fs = self.fs.clone();
+        let leases = self.leases.clone();
+        let t = leases.ticket(&fs);
         self.run(async move {
             match op.await {
-                Ok(a) => reply.entry(ttl(&a), &file_attr(&fs, &a), 0),
+                Ok(a) => {
+                    let ttl = leases.ttl(t, &a, Some((parent, &name)), DIR_TTL);
+                    reply.entry(&ttl, &file_attr(&fs, &a), 0)
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
+    }
+
+    /// A ticket for a request whose answered attributes the kernel keeps.
+    fn ticket(&self) -> (Arc<KernelLeases>, Ticket) {
+        (self.leases.clone(), self.leases.ticket(&self.fs))
     }
 }
 
@@ -386,6 +399,11 @@ impl Filesystem for Mount {
         }
     }
 
+    /// The kernel dropped the inode: its names need no callback any more.
+    fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
+        self.leases.dropped(ino);
+    }
+
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let fs = self.fs.clone();
         let name = match name_of(name) {
@@ -394,6 +412,8 @@ impl Filesystem for Mount {
         };
         let rec = self.recorder.clone();
         self.entry(
+            parent,
+            name.clone(),
             async move {
                 let a = fs.lookup(parent, &name).await?;
                 if let Some(r) = rec {
@@ -410,9 +430,10 @@ impl Filesystem for Mount {
         if let Some((a, left)) = self.created_in.lock().fresh(ino) {
             return reply.attr(&left, &file_attr(&fs, &a));
         }
+        let (leases, t) = self.ticket();
         self.run(async move {
             match fs.getattr(ino).await {
-                Ok(a) => reply.attr(ttl(&a), &file_attr(&fs, &a)),
+                Ok(a) => reply.attr(&leases.ttl(t, &a, None, DIR_TTL), &file_attr(&fs, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -440,6 +461,7 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         let attr = size.map(|_| self.attr_of(ino));
         let open = self.open.clone();
+        let (leases, t) = self.ticket();
         self.run(async move {
             let r = async {
                 let mut a = None;
@@ -467,7 +489,7 @@ impl Filesystem for Mount {
                 }
             };
             match r.await {
-                Ok(a) => reply.attr(ttl(&a), &file_attr(&fs, &a)),
+                Ok(a) => reply.attr(&leases.ttl(t, &a, None, DIR_TTL), &file_attr(&fs, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -483,6 +505,8 @@ impl Filesystem for Mount {
         let (uid, gid) = (req.uid(), req.gid());
         let rec = self.recorder.clone();
         self.entry(
+            parent,
+            name.clone(),
             async move {
                 let a = owned(&fs, fs.mkdir_at(parent, &name, mode & !umask).await?, uid, gid).await?;
                 if let Some(r) = rec {
@@ -597,7 +621,9 @@ impl Filesystem for Mount {
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         let created_in = self.created_in.clone();
         let generation = created_in.lock().generation;
+        let (leases, t) = self.ticket();
         self.run(async move {
+            let entry = name.clone();
             let r = async {
                 let (a, dir) = fs.create_in(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
                 if let Some(dir) = dir {
@@ -622,7 +648,8 @@ impl Filesystem for Mount {
                         r.log(t, pid, a.handle, TraceOp::Open, 0, u64::from(writes(flags)));
                     }
                     remember(&open, a.clone());
-                    reply.created(&CREATED_TTL, &file_attr(&fs, &a), 0, fh, how)
+                    let ttl = leases.ttl(t, &a, Some((parent, &entry)), DIR_TTL);
+                    reply.created(&ttl, &file_attr(&fs, &a), 0, fh, how)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -835,6 +862,8 @@ impl Filesystem for Mount {
         let (uid, gid) = (req.uid(), req.gid());
         let perm = mode & !umask & 0o7777;
         self.entry(
+            parent,
+            name.clone(),
             async move {
                 let a = match special(mode) {
                     Some(k) => fs.mknod_at(parent, &name, perm, k, rdev).await?,
@@ -999,6 +1028,8 @@ impl Filesystem for Mount {
         };
         let (uid, gid) = (req.uid(), req.gid());
         self.entry(
+            parent,
+            name.clone(),
             async move { owned(&fs, fs.symlink_at(parent, &name, &target).await?, uid, gid).await },
             reply,
         );
@@ -1021,7 +1052,12 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.entry(async move { fs.link_at(ino, newparent, &name).await }, reply);
+        self.entry(
+            newparent,
+            name.clone(),
+            async move { fs.link_at(ino, newparent, &name).await },
+            reply,
+        );
     }
 
     fn setxattr(

@@ -94,6 +94,14 @@ pub struct SetAttr {
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Request {
+    /// `req` made for `node`, a mount: the metadata server grants `node` a
+    /// lease (`parcache_core::consistency::leases`) on every file (not directory) whose attributes it
+    /// answers with, and calls back (`Callback::Forget`) every other
+    /// holder of a lease on a file `req` changes, before answering.
+    As {
+        node: u64,
+        req: Box<Request>,
+    },
     // --- metadata server ---
     Lookup {
         parent: Handle,
@@ -675,6 +683,10 @@ pub enum Callback {
     /// Drop cached blocks `first..=last`: another node wrote them through
     /// (`sync-write`).
     DropBlocks { first: u64, last: u64 },
+    /// Drop what the node's kernel keeps of the file (its attributes and
+    /// the names it was reached by): another node changed it, and the
+    /// node held a lease on it.
+    Forget,
 }
 
 /// What went wrong, as a POSIX-like code and a message that names the
@@ -758,6 +770,9 @@ impl Request {
     /// once, so a client may send it again after a lost connection.
     pub fn is_idempotent(&self) -> bool {
         use Request::*;
+        if let As { req, .. } = self {
+            return req.is_idempotent();
+        }
         matches!(
             self,
             Lookup { .. }

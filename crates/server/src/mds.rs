@@ -19,6 +19,7 @@
 use bytes::Bytes;
 use parcache_core::catalogue::{check_setting, parse_size};
 use parcache_core::consistency::capfs::{self, HOLE};
+use parcache_core::consistency::leases::Leases;
 use parcache_core::consistency::sprite::{Opening, Queued, SpriteServer};
 use parcache_core::consistency::Callback as CoreCallback;
 use parcache_core::cooperative::membership::Membership;
@@ -219,6 +220,13 @@ struct Mds {
     dir: PathBuf,
     /// Changes made since the last durable commit.
     unsynced: std::sync::atomic::AtomicBool,
+    /// Files whose inode, or a name of which, requests changed since
+    /// [`MdsHandler::leased`] last took them (for the leases' callbacks).
+    changed: parking_lot::Mutex<Vec<Handle>>,
+    /// Held through a whole request whose changes are noted, so no other
+    /// request's changes mix in and a lease is granted on attributes no
+    /// later change has been answered over.
+    one_op: parking_lot::Mutex<()>,
 }
 
 /// A request's view of the open transaction, with the values its changes
@@ -519,6 +527,8 @@ impl Mds {
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
             open: parking_lot::Mutex::new(None),
+            changed: parking_lot::Mutex::new(Vec::new()),
+            one_op: parking_lot::Mutex::new(()),
         };
         mds.write(|tx| {
             // Every table exists from the start, so lookups (read
@@ -590,6 +600,15 @@ impl Mds {
             }
         } else if changed {
             self.unsynced.store(true, Ordering::SeqCst);
+            // The files a lease may be held on: those whose inode changed,
+            // and those a changed name pointed at.
+            let mut noted = self.changed.lock();
+            for u in tx.undo.borrow().iter() {
+                match u {
+                    Undo::Inode(h, _) | Undo::Dirent(_, _, Some(h)) => noted.push(*h),
+                    _ => {}
+                }
+            }
         }
         r
     }
@@ -1281,13 +1300,15 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
 
 /// The metadata server's request handler: the store, its stop signal,
 /// sprite's callbacks, the nodes heard from (name, peer address and
-/// counters), and the cooperative tier's directory of who caches what.
+/// counters), the cooperative tier's directory of who caches what, and
+/// the mounts' leases on files' attributes.
 struct MdsHandler(
     Arc<Mds>,
     Arc<watch::Sender<bool>>,
     Sprite,
     Mutex<Membership<(String, String, NodeStats)>>,
     Mutex<TierDirectory>,
+    Mutex<Leases>,
 );
 
 /// `n-chance`'s directory (1996 §4), the source of its random picks, and
@@ -1339,14 +1360,20 @@ impl MdsHandler {
 }
 
 impl MdsHandler {
-    async fn op(&self, req: Request) -> Response {
+    /// Runs a request for node `from` (`None`: a client without leases),
+    /// answered once every other node holding a lease on a file it changed
+    /// has forgotten it (or its lease ran out).
+    async fn op(&self, from: Option<u64>, req: Request) -> Response {
         let mds = self.0.clone();
         if req != Request::Sync {
             // A request in the open transaction (pages in memory): tens of
             // microseconds, less than handing it to another thread costs.
             // It waits while a durable commit runs (2.7 ms after 4,000
             // creates in `mds-ops`).
-            return mds.op(req).unwrap_or_else(|(code, msg)| Response::error(code, msg));
+            let grants = from.filter(|_| grants_lease(&req));
+            let (resp, calls) = self.leased(from, grants, |m| m.op(req));
+            self.forget(calls).await;
+            return resp;
         }
         match tokio::task::spawn_blocking(move || mds.op(req)).await {
             Ok(Ok(resp)) => resp,
@@ -1355,27 +1382,113 @@ impl MdsHandler {
         }
     }
 
+    /// Runs `run` in the store with its changes noted, all under the
+    /// store's one-request lock: the leases other nodes than `from` hold on
+    /// the files it changed end (returned, with their holders, to be called
+    /// back), and `grants` is given a lease on the file it answers with.
+    fn leased(
+        &self,
+        from: Option<u64>,
+        grants: Option<u64>,
+        run: impl FnOnce(&Mds) -> R<Response>,
+    ) -> (Response, Vec<CallBack>) {
+        let mds = &self.0;
+        let _one = mds.one_op.lock();
+        let resp = run(mds).unwrap_or_else(|(code, msg)| Response::error(code, msg));
+        let mut changed = std::mem::take(&mut *mds.changed.lock());
+        let now = self.2.now();
+        let mut leases = self.5.lock();
+        changed.sort_unstable();
+        changed.dedup();
+        let calls = changed
+            .into_iter()
+            .map(|h| (h, leases.changed(now, from, h)))
+            .filter(|(_, holders)| !holders.is_empty())
+            .collect();
+        if let Some(node) = grants {
+            let attr = match &resp {
+                Response::Attr(a) | Response::Created { attr: a, .. } => Some(a),
+                _ => None,
+            };
+            if let Some(a) = attr.filter(|a| a.kind != FileKind::Dir) {
+                leases.grant(now, node, a.handle);
+            }
+        }
+        (resp, calls)
+    }
+
+    /// Calls back the holders of leases on changed files (from
+    /// [`MdsHandler::leased`]); returns once each answered or its lease
+    /// ran out.
+    async fn forget(&self, calls: Vec<CallBack>) {
+        if calls.is_empty() {
+            return;
+        }
+        let now = self.2.now();
+        let mut all = Opening {
+            wait: vec![],
+            notify: vec![],
+            gone: vec![],
+        };
+        let first = calls[0].0;
+        {
+            let mut s = self.2.state.lock();
+            for (h, holders) in &calls {
+                let o = s.forget_at(now, *h, holders);
+                all.wait.extend(o.wait);
+                all.notify.extend(o.notify);
+            }
+        }
+        all.notify.sort_unstable();
+        all.notify.dedup();
+        self.2.wait_for(first, all).await;
+    }
+
     /// A `sprite` open: the core decides which nodes to call back; the open
     /// is answered, with the file's attributes as they are after, once they
     /// have all answered (or were given up on).
     async fn open(&self, handle: Handle, node: u64, write: bool) -> Response {
-        match self.op(Request::GetAttr { handle }).await {
+        match self.op(None, Request::GetAttr { handle }).await {
             Response::Attr(a) if a.kind == FileKind::File => {}
             Response::Attr(_) => return Response::error(ErrorCode::Invalid, format!("handle {handle} is not a file")),
             other => return other,
         }
         let cacheable = self.2.open(handle, node, write).await;
-        match self.op(Request::GetAttr { handle }).await {
+        match self.op(None, Request::GetAttr { handle }).await {
             Response::Attr(attr) => Response::Opened { attr, cacheable },
             other => other,
         }
     }
 }
 
+/// A changed file and the other nodes whose leases on it are called back
+/// (each with the end of its lease).
+type CallBack = (Handle, Vec<(u64, Time)>);
+
+/// Whether a request's answer gives the asking mount a lease on the file
+/// it names: those whose attributes a mount hands its kernel.
+fn grants_lease(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Lookup { .. }
+            | Request::GetAttr { .. }
+            | Request::Create { .. }
+            | Request::SetAttr { .. }
+            | Request::Link { .. }
+            | Request::Symlink { .. }
+            | Request::Mknod { .. }
+    )
+}
+
 impl Handler for MdsHandler {
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         tracing::debug!("request {req:?}");
+        let (from, req) = match req {
+            Request::As { node, req } => (Some(node), *req),
+            req => (None, req),
+        };
         let resp = match req {
+            Request::As { .. } => Response::error(ErrorCode::BadRequest, "a request made for a node inside another"),
             Request::Shutdown => {
                 crate::stop_soon(&self.1);
                 Response::Ok
@@ -1399,6 +1512,7 @@ impl Handler for MdsHandler {
             Request::Leave { node } => {
                 self.3.lock().left(node);
                 self.4.lock().dir.left(node);
+                self.5.lock().node_gone(node);
                 Response::Ok
             }
             Request::TierLookup { handle, index, node } => {
@@ -1437,7 +1551,7 @@ impl Handler for MdsHandler {
                 ..
             } => {
                 self.2.hold(handle, node);
-                self.op(req).await
+                self.op(from, req).await
             }
             Request::SyncHolding {
                 handle,
@@ -1462,7 +1576,7 @@ impl Handler for MdsHandler {
                 node,
                 coherence: true,
                 ..
-            } => match self.op(req).await {
+            } => match self.op(from, req).await {
                 done @ Response::Committed { .. } => {
                     self.2.invalidate(handle, node).await;
                     done
@@ -1473,17 +1587,18 @@ impl Handler for MdsHandler {
                 self.2.called_back(node, id);
                 Response::Ok
             }
-            Request::SetXattr { handle, name, flags } => self
-                .0
-                .set_xattr(handle, name, flags, &data)
-                .unwrap_or_else(|(code, msg)| Response::error(code, msg)),
+            Request::SetXattr { handle, name, flags } => {
+                let (resp, calls) = self.leased(from, None, |m| m.set_xattr(handle, name, flags, &data));
+                self.forget(calls).await;
+                resp
+            }
             Request::GetXattr { handle, name } => {
                 return match self.0.get_xattr(handle, &name) {
                     Ok(v) => (Response::Data { len: v.len() as u64 }, Bytes::from(v)),
                     Err((code, msg)) => (Response::error(code, msg), Bytes::new()),
                 }
             }
-            req => self.op(req).await,
+            req => self.op(from, req).await,
         };
         (resp, Bytes::new())
     }
@@ -1597,6 +1712,7 @@ impl Sprite {
                         CoreCallback::Disable => Callback::Disable,
                         CoreCallback::Invalidate => Callback::Invalidate,
                         CoreCallback::DropBlocks { first, last } => Callback::DropBlocks { first, last },
+                        CoreCallback::Forget => Callback::Forget,
                     };
                     (q.id, q.file, cb)
                 })
@@ -1750,6 +1866,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
             picks: 0,
             seen: Members::default(),
         }),
+        Mutex::new(Leases::new()),
     ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());

@@ -22,6 +22,10 @@
 //!   that completed before it.
 //! * [`none`] (PVFS): no guarantee and no traffic.
 //!
+//! Beside the plug-ins, [`leases`] let a mount's kernel keep files'
+//! attributes and names, whatever the plug-in: the metadata server calls a
+//! holder back before another node's change is answered.
+//!
 //! CAPFS's presets ([`seq_1`], [`seq_2`], [`for_1`], [`for_2`], [`rel_1`],
 //! Table 1 of the 2005 paper) are settings of [`capfs::CapfsParams`]; their
 //! recipes, commits and H-cache are in [`capfs`]. They need the
@@ -31,6 +35,7 @@ pub mod capfs;
 pub mod close_to_open;
 pub mod for_1;
 pub mod for_2;
+pub mod leases;
 pub mod nfs;
 pub mod none;
 pub mod posix;
@@ -351,6 +356,9 @@ pub enum Callback {
     /// Drop cached blocks `first..=last`: another node wrote them through
     /// (`sync-write`, 2003 §3.2.3).
     DropBlocks { first: u64, last: u64 },
+    /// Drop what the node's kernel keeps of the file (attributes, names):
+    /// another node changed it while this one held a lease ([`leases`]).
+    Forget,
 }
 
 /// What a plug-in asks its driver to do, in the order returned.

@@ -69,6 +69,8 @@ impl Consistency for Sprite {
             Callback::Disable => stop_caching(file),
             Callback::Invalidate => vec![Action::DropHashes],
             Callback::DropBlocks { first, last } => vec![Action::DropBlocks { first, last }],
+            // The kernel's attributes: the node's driver, not the plug-in.
+            Callback::Forget => vec![],
         }
     }
 
@@ -166,6 +168,10 @@ pub struct SpriteServer {
     links: HashMap<NodeId, Link>,
     /// Callbacks not yet answered: their node, file and deadline.
     outstanding: BTreeMap<u64, (NodeId, FileId, Time)>,
+    /// `Forget` callbacks not yet answered ([`super::leases`]): their node
+    /// and the end of its lease, after which nobody waits for them (the
+    /// node is not taken to be gone).
+    forgets: BTreeMap<u64, (NodeId, Time)>,
     /// Nodes keeping a file's chunk hashes in a coherent H-cache (CAPFS).
     holders: HashMap<FileId, std::collections::BTreeSet<NodeId>>,
     /// Which nodes cache which blocks of `sync-write` files (2003).
@@ -294,6 +300,38 @@ impl SpriteServer {
         o
     }
 
+    /// Another node changed `file`: each of `holders` (a node and the end
+    /// of its lease, from [`super::leases::Leases::changed`]) is sent
+    /// `Forget`; the change is answered when none of `wait` is waiting,
+    /// an unanswered one no longer than its lease.
+    pub fn forget_at(&mut self, now: Time, file: FileId, holders: &[(NodeId, Time)]) -> Opening {
+        let mut o = Opening {
+            wait: vec![],
+            notify: vec![],
+            gone: vec![],
+        };
+        for &(n, until) in holders {
+            if until <= now {
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            // A node not listening cannot forget: the change waits for
+            // its lease to run out instead.
+            if self.links.get(&n).is_some_and(|l| l.alive(now)) {
+                self.links.entry(n).or_default().queue.push(Queued {
+                    id,
+                    file,
+                    cb: Callback::Forget,
+                });
+                o.notify.push(n);
+            }
+            self.forgets.insert(id, (n, until));
+            o.wait.push(id);
+        }
+        o
+    }
+
     /// `node` is about to cache blocks `first..=last` of a `sync-write`
     /// file.
     pub fn hold_blocks(&mut self, now: Time, node: NodeId, file: FileId, first: u64, last: u64) {
@@ -343,21 +381,27 @@ impl SpriteServer {
         if self.outstanding.get(&id).is_some_and(|(n, _, _)| *n == node) {
             self.outstanding.remove(&id);
         }
+        if self.forgets.get(&id).is_some_and(|(n, _)| *n == node) {
+            self.forgets.remove(&id);
+        }
     }
 
     /// Whether any of `ids` is still unanswered.
     pub fn waiting(&self, ids: &[u64]) -> bool {
-        ids.iter().any(|id| self.outstanding.contains_key(id))
+        ids.iter()
+            .any(|id| self.outstanding.contains_key(id) || self.forgets.contains_key(id))
     }
 
     /// The earliest deadline of an unanswered callback.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.outstanding.values().map(|(_, _, t)| *t).min()
+        let forgets = self.forgets.values().map(|(_, t)| *t);
+        self.outstanding.values().map(|(_, _, t)| *t).chain(forgets).min()
     }
 
     /// Nodes with a callback past its deadline are taken to be gone (their
-    /// opens dropped); returns them.
+    /// opens dropped); returns them. A `Forget` unanswered at the end of its lease is dropped alone.
     pub fn expire(&mut self, now: Time) -> Vec<NodeId> {
+        self.forgets.retain(|_, (_, until)| *until > now);
         let mut late: Vec<NodeId> = self
             .outstanding
             .values()
@@ -680,5 +724,28 @@ mod tests {
         s.close(4, 8, true);
         let o = s.open_at(t(60), 5, 8, false);
         assert_eq!((o.wait.len(), o.gone.as_slice()), (0, &[4][..]));
+    }
+
+    /// A lease holder is sent `Forget`; the change waits for its answer,
+    /// or for the end of its lease if it does not answer, and a holder
+    /// that does not answer is not taken to be gone.
+    #[test]
+    fn forgets_wait_for_the_answer_or_the_end_of_the_lease() {
+        let t = |s: u64| Time(s * 1_000_000_000);
+        let mut s = SpriteServer::new();
+        assert_eq!(s.poll(t(1), 7), None, "7 listens");
+        let o = s.forget_at(t(2), 100, &[(7, t(11)), (8, t(11)), (9, t(1))]);
+        assert_eq!(o.notify, [7], "8 does not listen; 9's lease is over");
+        assert_eq!(o.wait.len(), 2);
+        let got = s.poll_ended(t(2), 7);
+        assert_eq!((got[0].file, got[0].cb), (100, Callback::Forget));
+        s.answered(7, got[0].id);
+        assert!(s.waiting(&o.wait), "8 has not answered");
+        assert_eq!(s.next_deadline(), Some(t(11)));
+        assert_eq!(s.expire(t(10)), Vec::<NodeId>::new());
+        assert!(s.waiting(&o.wait));
+        assert_eq!(s.expire(t(11)), Vec::<NodeId>::new(), "8 is not gone");
+        assert!(!s.waiting(&o.wait));
+        assert_eq!(s.next_deadline(), None);
     }
 }

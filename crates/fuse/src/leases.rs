@@ -1,0 +1,209 @@
+//! The kernel's side of the metadata server's leases
+//! (`parcache_core::consistency::leases`): a file's attributes, and the
+//! name it was reached by, are given to the kernel to keep for what is
+//! left of the lease, and taken back (`FUSE_NOTIFY_INVAL_ENTRY`, then
+//! `_INODE`) when the server calls the lease back, before this node
+//! answers. A `stat` then costs no request until another node changes the
+//! file, and still sees that change once it is answered.
+//!
+//! Two races are closed here. An answer on its way while the lease is
+//! called back would put the old attributes back after the callback: each
+//! request takes a [`Ticket`] first, and an answer whose ticket is older
+//! than the last callback is given to the kernel with no time to live. And
+//! a name is noted before its answer reaches the kernel, so a callback
+//! that comes after finds it (the kernel's own lookup holds the directory,
+//! which the invalidation of the name waits for).
+
+use fuser::Notifier;
+use parcache_client::{Attr, FileKind, Fs};
+use parcache_core::consistency::leases::LEASE;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Names noted per file (hard links); a file reached by more is given to
+/// the kernel under the names it has with no time to live.
+const MAX_NAMES: usize = 16;
+
+/// Kept off the lease's end: the kernel starts its clock when it reads
+/// the answer, a little after this node worked out what is left.
+const MARGIN: Duration = Duration::from_millis(50);
+
+/// What the kernel keeps under leases, and how to take it back.
+#[derive(Default)]
+pub(crate) struct KernelLeases {
+    held: Mutex<Held>,
+    /// Set once the mount is up.
+    pub(crate) notifier: OnceLock<Notifier>,
+}
+
+/// A name in a directory: the directory's inode and the name.
+type Named = (u64, Vec<u8>);
+
+#[derive(Default)]
+struct Held {
+    /// Callbacks (and losses of the server) so far.
+    forgotten: u64,
+    /// The names each file was given to the kernel by.
+    names: HashMap<u64, Vec<Named>>,
+}
+
+/// Taken before a request whose answer the kernel may keep.
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket {
+    forgotten: u64,
+    at: Instant,
+    leased: bool,
+}
+
+impl KernelLeases {
+    /// A ticket for a request about to go to the metadata server.
+    pub(crate) fn ticket(&self, fs: &Fs) -> Ticket {
+        Ticket {
+            forgotten: self.held.lock().forgotten,
+            at: Instant::now(),
+            leased: fs.leasing(),
+        }
+    }
+
+    /// How long the kernel may keep `a`, answered to the request of
+    /// ticket `t`, reached as `name` in a directory (for an entry):
+    /// what is left of the lease; none if a callback came after the
+    /// ticket (or there is no lease). Directories keep `dir_ttl`.
+    pub(crate) fn ttl(&self, t: Ticket, a: &Attr, name: Option<(u64, &[u8])>, dir_ttl: Duration) -> Duration {
+        if a.kind == FileKind::Dir {
+            return dir_ttl;
+        }
+        if !t.leased {
+            return Duration::ZERO;
+        }
+        let left = Duration::from_nanos(LEASE.0).saturating_sub(t.at.elapsed() + MARGIN);
+        let mut held = self.held.lock();
+        let stale = held.forgotten != t.forgotten;
+        let names = held.names.entry(a.handle).or_default();
+        if let Some((dir, name)) = name {
+            if !names.iter().any(|(d, n)| *d == dir && n == name) {
+                if names.len() >= MAX_NAMES {
+                    return Duration::ZERO;
+                }
+                names.push((dir, name.to_vec()));
+            }
+        }
+        if stale {
+            Duration::ZERO
+        } else {
+            left
+        }
+    }
+
+    /// The metadata server called back the lease on `handle` (`None`: the
+    /// connection to it was lost, every lease goes): the kernel forgets
+    /// the file's names, then its attributes. Blocks until it has.
+    pub(crate) fn forget(&self, handle: Option<u64>) {
+        let gone: Vec<(u64, Vec<Named>)> = {
+            let mut held = self.held.lock();
+            held.forgotten += 1;
+            match handle {
+                Some(h) => vec![(h, held.names.remove(&h).unwrap_or_default())],
+                None => held.names.drain().collect(),
+            }
+        };
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        for (ino, names) in gone {
+            for (dir, name) in names {
+                // Not known to the kernel any more: nothing to forget.
+                let _ = n.inval_entry(dir, OsStr::from_bytes(&name));
+            }
+            let _ = n.inval_inode(ino, -1, 0);
+        }
+    }
+
+    /// The kernel dropped the inode (`FORGET`): its names need no
+    /// forgetting any more.
+    pub(crate) fn dropped(&self, ino: u64) {
+        self.held.lock().names.remove(&ino);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parcache_client::Timestamp;
+
+    fn attr(handle: u64, kind: FileKind) -> Attr {
+        Attr {
+            handle,
+            kind,
+            size: 0,
+            mode: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            version: 0,
+            layout: None,
+            rdev: 0,
+        }
+    }
+
+    fn ticket(l: &KernelLeases) -> Ticket {
+        Ticket {
+            forgotten: l.held.lock().forgotten,
+            at: Instant::now(),
+            leased: true,
+        }
+    }
+
+    #[test]
+    fn an_answer_crossing_a_callback_is_not_kept() {
+        let l = KernelLeases::default();
+        let t = ticket(&l);
+        let ttl = l.ttl(t, &attr(5, FileKind::File), Some((1, b"f")), Duration::from_secs(1));
+        assert!(ttl > Duration::from_secs(9), "{ttl:?}");
+        let t = ticket(&l);
+        l.forget(Some(5));
+        assert_eq!(
+            l.ttl(t, &attr(5, FileKind::File), Some((1, b"f")), Duration::ZERO),
+            Duration::ZERO
+        );
+        assert_eq!(
+            l.held.lock().names[&5],
+            vec![(1, b"f".to_vec())],
+            "noted for the next callback"
+        );
+        l.forget(None);
+        assert!(l.held.lock().names.is_empty());
+    }
+
+    #[test]
+    fn directories_keep_their_own_time_and_unleased_answers_none() {
+        let l = KernelLeases::default();
+        let t = ticket(&l);
+        let one = Duration::from_secs(1);
+        assert_eq!(l.ttl(t, &attr(2, FileKind::Dir), None, one), one);
+        let unleased = Ticket { leased: false, ..t };
+        assert_eq!(l.ttl(unleased, &attr(5, FileKind::File), None, one), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_file_with_too_many_names_is_not_kept_under_a_new_one() {
+        let l = KernelLeases::default();
+        let a = attr(5, FileKind::File);
+        for i in 0..MAX_NAMES {
+            assert!(!l
+                .ttl(ticket(&l), &a, Some((1, format!("n{i}").as_bytes())), Duration::ZERO)
+                .is_zero());
+        }
+        assert!(l.ttl(ticket(&l), &a, Some((1, b"one more")), Duration::ZERO).is_zero());
+        assert!(!l.ttl(ticket(&l), &a, Some((1, b"n0")), Duration::ZERO).is_zero());
+        l.dropped(5);
+        assert!(l.held.lock().names.is_empty());
+    }
+}
