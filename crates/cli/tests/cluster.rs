@@ -376,3 +376,73 @@ async fn recipes_span_pages_and_removal_releases_them() {
     let (named, stored) = common::chunk_counts(c.d());
     assert_eq!((named, stored), (0, 0), "{out}");
 }
+
+/// Whether data server `addr` still holds any byte of file `handle`.
+async fn holds_part(c: &Cluster, addr: &str, handle: u64) -> bool {
+    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
+    let conn = parcache_proto::Client::connect(addr, &secret).await.unwrap();
+    let req = parcache_proto::Request::Read {
+        handle,
+        offset: 0,
+        len: 1 << 20,
+        need: 0,
+    };
+    let (_, data) = conn.call(&req, &[]).await.unwrap();
+    !data.is_empty()
+}
+
+/// Removing a small file's last name returns once the metadata server has
+/// removed it; its data servers drop its parts after, and `shutdown` waits
+/// for them (SIGSTOP of one server holds that back). A large file's parts
+/// are gone when its removal returns: the space is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_data_goes_after_the_unlink_and_before_shutdown_returns() {
+    let c = Cluster::up("removal", 2);
+    let iods: Vec<String> = c.info()["iods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let fs = c.fs().await;
+    let small = fs.create("/small", 0o644, true).await.unwrap();
+    fs.write_at(&small, 0, &vec![7u8; 100_000]).await.unwrap();
+    fs.fsync(&small).await.unwrap();
+    let big = fs.create("/big", 0o644, true).await.unwrap();
+    fs.write_at(&big, 0, &vec![8u8; 3 << 20]).await.unwrap();
+    fs.fsync(&big).await.unwrap();
+    for a in &iods {
+        assert!(holds_part(&c, a, small.handle).await && holds_part(&c, a, big.handle).await);
+    }
+
+    // The big file: both parts gone when the unlink returns.
+    fs.unlink("/big").await.unwrap();
+    for a in &iods {
+        assert!(!holds_part(&c, a, big.handle).await, "{a} still holds the big file");
+    }
+
+    // The small file with its second data server stopped: the unlink
+    // returns, shutdown does not until the server runs again.
+    let pid = c.pids()[1];
+    let sig = |s: &str| {
+        std::process::Command::new("kill")
+            .args([s, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    sig("-STOP");
+    let unlinked = tokio::time::timeout(Duration::from_secs(20), fs.unlink("/small")).await;
+    let fs2 = fs.clone();
+    let shut = tokio::spawn(async move { fs2.shutdown().await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waited = !shut.is_finished();
+    sig("-CONT");
+    unlinked
+        .expect("the unlink of a small file waits for no data server")
+        .unwrap();
+    assert!(waited, "shutdown returned while a removal was under way");
+    shut.await.unwrap().unwrap();
+    for a in &iods {
+        assert!(!holds_part(&c, a, small.handle).await, "{a} still holds the small file");
+    }
+}

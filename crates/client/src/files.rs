@@ -6,6 +6,7 @@
 //! asks which plug-in runs.
 
 use crate::{from_below, from_driver, placement_of, Fs, FsError, Pool, Result};
+use crate::{REMOVE_LATER_MAX, REMOVING};
 use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
 use parcache_core::cooperative::CooperativeKind;
@@ -534,6 +535,7 @@ impl Fs {
     /// Pushes every dirty block of every file and reports sizes; call it
     /// before the program exits (the `parcache` commands do).
     pub async fn shutdown(&self) -> Result<()> {
+        self.removed().await;
         let mut first = None;
         // File by file, so a file whose bytes did not all reach the data
         // servers does not have its size reported (see `write_back`).
@@ -607,17 +609,44 @@ impl Fs {
         Ok(())
     }
 
+    /// Forgets a removed file here and has the data servers drop its
+    /// parts. A small file's parts are dropped after this returns (the
+    /// name is already gone at the metadata server; the space is little),
+    /// at most [`REMOVING`] at a time; [`Fs::shutdown`] waits for them. A
+    /// larger file's space is free when this returns, as a program that
+    /// removes a file to make room expects.
     pub(crate) async fn remove_data(&self, a: &Attr) -> Result<()> {
         self.nv_forget(a.handle).await;
+        let size = a.size.max(self.local_size(a.handle).unwrap_or(0));
         let known = self.files.lock().remove(&a.handle);
         if let Some(st) = known {
             st.pool.discard_file(a.handle, 0).await;
         }
-        if let Some(l) = &a.layout {
+        let Some(l) = &a.layout else {
+            self.data.forget(a.handle);
+            return Ok(());
+        };
+        if size > REMOVE_LATER_MAX {
             self.data.remove(a.handle, &l.servers).await?;
+            self.data.forget(a.handle);
+            return Ok(());
         }
-        self.data.forget(a.handle);
+        let permit = self.removing.clone().acquire_owned().await;
+        let (data, handle, servers) = (self.data.clone(), a.handle, l.servers.clone());
+        let what = self.what(handle);
+        tokio::spawn(async move {
+            if let Err(e) = data.remove(handle, &servers).await {
+                tracing::warn!("{what}: removing its data after its last name went: {e} (its space stays taken)");
+            }
+            data.forget(handle);
+            drop(permit);
+        });
         Ok(())
+    }
+
+    /// Waits until the data of every file removed so far is gone.
+    pub(crate) async fn removed(&self) {
+        let _all = self.removing.acquire_many(REMOVING as u32).await;
     }
 
     /// The size of a file as this node wrote it, while the metadata server

@@ -113,6 +113,9 @@ pub struct Fs {
     me: Weak<Fs>,
     /// Whether the task answering the metadata server's callbacks runs.
     answering: AtomicBool,
+    /// Removals of small files' data still under way ([`REMOVING`]
+    /// permits, one each).
+    removing: Arc<tokio::sync::Semaphore>,
     /// A mount's kernel under leases: what forgets a file's attributes
     /// and names there ([`Fs::lease_kernel_cache`]).
     kernel: std::sync::OnceLock<KernelForget>,
@@ -132,6 +135,13 @@ pub struct Fs {
     nv: Option<nv::Nv>,
     secret: Secret,
 }
+
+/// Files of at most this many bytes have their data removed after the
+/// unlink that removed their last name returns (mdtest-like removals of
+/// small files: one round trip, not two).
+const REMOVE_LATER_MAX: u64 = 1 << 20;
+/// Removals of small files' data under way at once, at most.
+const REMOVING: usize = 256;
 
 /// What makes a mount's kernel forget what it keeps of a file (`Some`:
 /// its handle) or of every file (`None`). Called on a blocking thread.
@@ -195,6 +205,7 @@ impl Fs {
             me: me.clone(),
             answering: AtomicBool::new(false),
             kernel: std::sync::OnceLock::new(),
+            removing: Arc::new(tokio::sync::Semaphore::new(REMOVING)),
             names: Mutex::new(HashMap::new()),
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),

@@ -179,6 +179,12 @@ impl Fs {
     /// Removes a name. A file open on this node keeps its data until the
     /// last open here ends (POSIX), as an orphan at the metadata server.
     pub async fn unlink_at(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.unlink_in(parent, name).await.map(|_| ())
+    }
+
+    /// Removes `name` from directory `parent`; returns the directory's
+    /// attributes after (`None` if the server did not say).
+    pub async fn unlink_in(&self, parent: u64, name: &[u8]) -> Result<Option<Attr>> {
         let mut keep_open = false;
         if self.any_open() {
             if let Ok(a) = self.lookup(parent, name).await {
@@ -190,10 +196,19 @@ impl Fs {
             name: name.to_vec(),
             keep_open,
         };
-        if let Response::Attr(gone) = self.md(&show_name(name), req).await? {
-            self.remove_data(&gone).await?;
+        match self.md(&show_name(name), req).await? {
+            Response::Unlinked { gone, parent } => {
+                if let Some(gone) = gone {
+                    self.remove_data(&gone).await?;
+                }
+                Ok(Some(parent))
+            }
+            Response::Attr(gone) => {
+                self.remove_data(&gone).await?;
+                Ok(None)
+            }
+            _ => Ok(None),
         }
-        Ok(())
     }
 
     pub async fn rmdir_at(&self, parent: u64, name: &[u8]) -> Result<()> {

@@ -525,7 +525,22 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.done(async move { fs.unlink_at(parent, &name).await }, reply);
+        // As after a create: the kernel asks for the directory's attributes
+        // at the next path walk; the server gave them with the unlink.
+        let created_in = self.created_in.clone();
+        let generation = created_in.lock().generation;
+        self.done(
+            async move {
+                if let Some(dir) = fs.unlink_in(parent, &name).await? {
+                    let mut c = created_in.lock();
+                    if c.generation == generation {
+                        c.dirs.insert(parent, (dir, Instant::now()));
+                    }
+                }
+                Ok(())
+            },
+            reply,
+        );
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {

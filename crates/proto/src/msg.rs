@@ -639,6 +639,13 @@ pub enum Response {
         /// `getattr` of it without asking again.
         parent: Option<Attr>,
     },
+    /// A name removed: the file if that was its last link (its data must
+    /// go), and the directory after (a mount answers the kernel's next
+    /// `getattr` of it without asking again).
+    Unlinked {
+        gone: Option<Attr>,
+        parent: Attr,
+    },
     /// Chunks stored under `hashes` (`new` of them were not there before).
     ChunksStored {
         hashes: Vec<ChunkHash>,

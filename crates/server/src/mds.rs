@@ -950,11 +950,14 @@ impl Mds {
                     i.attr.nlink = 0;
                     i.attr.ctime = now();
                     tx.put(&i)?;
-                    return Ok(Response::Ok);
+                    return Ok(Response::Unlinked {
+                        gone: None,
+                        parent: p.attr,
+                    });
                 }
-                Ok(match tx.drop_link(i)? {
-                    Some(gone) => Response::Attr(gone),
-                    None => Response::Ok,
+                Ok(Response::Unlinked {
+                    gone: tx.drop_link(i)?,
+                    parent: p.attr,
                 })
             }),
             Request::Rmdir { parent, name } => self.write(|tx| {
