@@ -1808,5 +1808,27 @@ fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
     std::fs::remove_file(b.p("f")).unwrap();
     let e = std::fs::metadata(a.p("f")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "unlink on b");
-    finish(base, cluster, a, b);
+
+    // b killed while holding a lease: its connection closed, so a's
+    // change does not wait for the lease to run out (10 s).
+    std::fs::write(a.p("g"), b"g").unwrap();
+    assert_eq!(std::fs::metadata(b.p("g")).unwrap().len(), 1);
+    let mut b = b;
+    b.kill9();
+    std::thread::sleep(Duration::from_millis(200));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let g = a.p("g");
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::set_permissions(
+            g,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        ));
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("a change waited for a killed mount's lease")
+        .unwrap();
+    a.unmount();
+    drop(b);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -193,6 +193,13 @@ impl Client {
 /// What a server does with each request.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request, data: Bytes) -> impl Future<Output = (Response, Bytes)> + Send;
+
+    /// A connection that carried requests made for `node`
+    /// (`Request::As`) closed: the node's process is gone or will
+    /// reconnect (and then holds nothing it was granted before).
+    fn disconnected(&self, node: u64) {
+        let _ = node;
+    }
 }
 
 /// Accepts connections until `shutdown` turns true. Every connection must
@@ -247,6 +254,8 @@ async fn connection<H: Handler>(
             }
         }
     });
+    // The nodes requests were made for on this connection.
+    let mut nodes: Vec<u64> = Vec::new();
     loop {
         let frame = tokio::select! {
             f = read_frame::<Request, _>(&mut r) => f,
@@ -254,6 +263,11 @@ async fn connection<H: Handler>(
         };
         match frame {
             Ok(f) => {
+                if let Request::As { node, .. } = &f.msg {
+                    if !nodes.contains(node) {
+                        nodes.push(*node);
+                    }
+                }
                 let (handler, tx) = (handler.clone(), tx.clone());
                 tokio::spawn(async move {
                     let (resp, data) = handler.handle(f.msg, f.data).await;
@@ -296,6 +310,9 @@ async fn connection<H: Handler>(
                 break;
             }
         }
+    }
+    for node in nodes {
+        handler.disconnected(node);
     }
     drop(tx);
     let _ = writer.await;

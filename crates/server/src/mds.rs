@@ -1484,6 +1484,15 @@ fn grants_lease(req: &Request) -> bool {
 }
 
 impl Handler for MdsHandler {
+    /// A mount's connection closed: its kernel holds nothing of ours any
+    /// more (the process died, or it dropped its leases when it found the
+    /// connection lost), so its leases end and no change waits for it.
+    fn disconnected(&self, node: u64) {
+        self.5.lock().node_gone(node);
+        self.2.state.lock().forgets_gone(node);
+        self.2.answered.notify_waiters();
+    }
+
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         tracing::debug!("request {req:?}");
         let (from, req) = match req {

@@ -332,6 +332,15 @@ impl SpriteServer {
         o
     }
 
+    /// `node`'s kernel holds nothing any more (its connection closed):
+    /// no change waits for its answers to `Forget`.
+    pub fn forgets_gone(&mut self, node: NodeId) {
+        self.forgets.retain(|_, (n, _)| *n != node);
+        if let Some(l) = self.links.get_mut(&node) {
+            l.queue.retain(|q| q.cb != Callback::Forget);
+        }
+    }
+
     /// `node` is about to cache blocks `first..=last` of a `sync-write`
     /// file.
     pub fn hold_blocks(&mut self, now: Time, node: NodeId, file: FileId, first: u64, last: u64) {
@@ -747,5 +756,11 @@ mod tests {
         assert_eq!(s.expire(t(11)), Vec::<NodeId>::new(), "8 is not gone");
         assert!(!s.waiting(&o.wait));
         assert_eq!(s.next_deadline(), None);
+        // A holder whose connection closed holds nothing: no wait for it.
+        let o = s.forget_at(t(12), 100, &[(7, t(22))]);
+        assert!(s.waiting(&o.wait));
+        s.forgets_gone(7);
+        assert!(!s.waiting(&o.wait));
+        assert_eq!(s.poll(t(12), 7), None, "its queued Forget is gone too");
     }
 }
