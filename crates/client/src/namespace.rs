@@ -183,8 +183,8 @@ impl Fs {
     }
 
     /// Removes `name` from directory `parent`; returns the directory's
-    /// attributes after (`None` if the server did not say).
-    pub async fn unlink_in(&self, parent: u64, name: &[u8]) -> Result<Option<Attr>> {
+    /// attributes after.
+    pub async fn unlink_in(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         let mut keep_open = false;
         if self.any_open() {
             if let Ok(a) = self.lookup(parent, name).await {
@@ -201,13 +201,12 @@ impl Fs {
                 if let Some(gone) = gone {
                     self.remove_data(&gone).await?;
                 }
-                Ok(Some(parent))
+                Ok(parent)
             }
-            Response::Attr(gone) => {
-                self.remove_data(&gone).await?;
-                Ok(None)
-            }
-            _ => Ok(None),
+            other => Err(FsError::Protocol(format!(
+                "{}: unexpected reply to an unlink {other:?}",
+                show_name(name)
+            ))),
         }
     }
 

@@ -531,11 +531,10 @@ impl Filesystem for Mount {
         let generation = created_in.lock().generation;
         self.done(
             async move {
-                if let Some(dir) = fs.unlink_in(parent, &name).await? {
-                    let mut c = created_in.lock();
-                    if c.generation == generation {
-                        c.dirs.insert(parent, (dir, Instant::now()));
-                    }
+                let dir = fs.unlink_in(parent, &name).await?;
+                let mut c = created_in.lock();
+                if c.generation == generation {
+                    c.dirs.insert(parent, (dir, Instant::now()));
                 }
                 Ok(())
             },
