@@ -591,6 +591,8 @@ enum Op {
     },
     Complete(usize),
     Tick(u64),
+    /// `flush_file` of file 1 or 2.
+    FlushFile(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -601,6 +603,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(p, block, start, len)| Op::Read { p, block, start, len: len.min(BS - start) }),
         2 => (0usize..8).prop_map(Op::Complete),
         1 => (1u64..20).prop_map(Op::Tick),
+        1 => (1u64..3).prop_map(Op::FlushFile),
     ]
 }
 
@@ -776,11 +779,29 @@ proptest! {
             fill_partial_writes: fill,
         });
         m.c.open(Time(0), 1, 7);
+        // Odd blocks are another file's: a file's flush leaves the other's.
+        let key = |b: u64| if b % 2 == 1 { BlockKey::new(2, b) } else { k(b) };
         for o in ops {
             match o {
                 Op::Write { p, block, start, len, seed } =>
-                    m.access(p, k(block), Access::Write(r(start, start + len)), seed)?,
-                Op::Read { p, block, start, len } => m.access(p, k(block), Access::Read(r(start, start + len)), 0)?,
+                    m.access(p, key(block), Access::Write(r(start, start + len)), seed)?,
+                Op::Read { p, block, start, len } => m.access(p, key(block), Access::Read(r(start, start + len)), 0)?,
+                Op::FlushFile(f) => {
+                    while !m.pending.is_empty() {
+                        m.complete(0);
+                    }
+                    m.c.flush_file(Time(m.now), f);
+                    m.drain();
+                    for (e, _) in &m.pending {
+                        if let Effect::Write { key, .. } = e {
+                            prop_assert_eq!(key.file, f, "the flush of file {} wrote {:?}", f, key);
+                        }
+                    }
+                    while !m.pending.is_empty() {
+                        m.complete(0);
+                    }
+                    prop_assert!(m.c.file_is_clean(f), "file {} dirty after its flush", f);
+                }
                 Op::Complete(i) => m.complete(i),
                 Op::Tick(d) => {
                     m.now += d;
@@ -793,6 +814,7 @@ proptest! {
                     }
                 }
             }
+            prop_assert!(m.c.file_index_is_exact(), "the per-file index went wrong");
         }
         m.finish()?;
     }
