@@ -61,6 +61,23 @@ impl Fs {
         self.learn(a, &settings)
     }
 
+    /// The file's attributes as an open needs them fetched. A file this
+    /// node has no state of yet learns its policies in the same request
+    /// (one round trip to the metadata server instead of two).
+    pub async fn getattr_to_open(&self, handle: u64) -> Result<Attr> {
+        if self.files.lock().contains_key(&handle) {
+            return self.getattr(handle).await;
+        }
+        let what = self.what(handle);
+        match self.md(&what, Request::GetAttrPolicy { handle }).await? {
+            Response::AttrPolicies { attr, policies } => {
+                self.learn(&attr, &policies)?;
+                Ok(attr)
+            }
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
     /// Starts this node's state of a file from its policy settings (kept
     /// if another task got there first).
     pub(crate) fn learn(&self, a: &Attr, settings: &[(String, String)]) -> Result<FileState> {

@@ -594,7 +594,7 @@ impl Filesystem for Mount {
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         self.run(async move {
             let r = async {
-                let a = fs.getattr(ino).await?;
+                let a = fs.getattr_to_open(ino).await?;
                 let a = fs.open(&a, writes(flags)).await?;
                 let how = open_flags(&fs, &a).await?;
                 Ok::<_, FsError>((a, how))

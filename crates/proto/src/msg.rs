@@ -176,6 +176,11 @@ pub enum Request {
     GetPolicy {
         handle: Handle,
     },
+    /// A file's attributes and its policies in one answer
+    /// (`AttrPolicies`): what a node's first open of a file needs.
+    GetAttrPolicy {
+        handle: Handle,
+    },
     /// A client wrote up to `size` bytes and changed the content.
     Written {
         handle: Handle,
@@ -639,6 +644,11 @@ pub enum Response {
         /// `getattr` of it without asking again.
         parent: Option<Attr>,
     },
+    /// A file's attributes and policies (answer to `GetAttrPolicy`).
+    AttrPolicies {
+        attr: Attr,
+        policies: Vec<(String, String)>,
+    },
     /// A name removed: the file if that was its last link (its data must
     /// go), and the directory after (a mount answers the kernel's next
     /// `getattr` of it without asking again).
@@ -792,6 +802,7 @@ impl Request {
                 | ReadLink { .. }
                 | StatFs
                 | GetPolicy { .. }
+                | GetAttrPolicy { .. }
                 | Servers
                 | Written { .. }
                 | Callbacks { .. }

@@ -1048,6 +1048,13 @@ impl Mds {
                 Ok(Response::Policies(i.policies))
             }),
             Request::GetPolicy { handle } => self.read(|tx| Ok(Response::Policies(tx.get(handle)?.policies))),
+            Request::GetAttrPolicy { handle } => self.read(|tx| {
+                let i = tx.get(handle)?;
+                Ok(Response::AttrPolicies {
+                    attr: i.attr,
+                    policies: i.policies,
+                })
+            }),
             Request::ExplainPolicy { handle } => self.read(|tx| {
                 let i = tx.get(handle)?;
                 Ok(Response::Origins(
@@ -1410,7 +1417,9 @@ impl MdsHandler {
             .collect();
         if let Some(node) = grants {
             let attr = match &resp {
-                Response::Attr(a) | Response::Created { attr: a, .. } => Some(a),
+                Response::Attr(a) | Response::Created { attr: a, .. } | Response::AttrPolicies { attr: a, .. } => {
+                    Some(a)
+                }
                 _ => None,
             };
             if let Some(a) = attr.filter(|a| a.kind != FileKind::Dir) {
@@ -1475,6 +1484,7 @@ fn grants_lease(req: &Request) -> bool {
         req,
         Request::Lookup { .. }
             | Request::GetAttr { .. }
+            | Request::GetAttrPolicy { .. }
             | Request::Create { .. }
             | Request::SetAttr { .. }
             | Request::Link { .. }
@@ -2050,6 +2060,43 @@ mod tests {
             (lookup(&m, "a"), lookup(&m, "b"), lookup(&m, "ghost")),
             (Some(a), Some(a + 1), None)
         );
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// A node's first open learns a file's attributes and policies in one
+    /// request: the answer is what `GetAttr` and `GetPolicy` give, and a
+    /// missing file is the same error.
+    #[test]
+    fn attributes_and_policies_come_in_one_answer() {
+        let cfg = config("attrpolicy");
+        let m = Mds::open(&cfg).unwrap();
+        let a = create(&m, "a");
+        m.op(Request::SetPolicy {
+            handle: a,
+            key: "write".into(),
+            value: "write-back".into(),
+        })
+        .unwrap();
+        m.op(Request::Written { handle: a, size: 5000 }).unwrap();
+        let (attr, policies) = match m.op(Request::GetAttrPolicy { handle: a }) {
+            Ok(Response::AttrPolicies { attr, policies }) => (attr, policies),
+            other => panic!("{other:?}"),
+        };
+        match m.op(Request::GetAttr { handle: a }) {
+            Ok(Response::Attr(want)) => assert_eq!(attr, want),
+            other => panic!("{other:?}"),
+        }
+        match m.op(Request::GetPolicy { handle: a }) {
+            Ok(Response::Policies(want)) => assert_eq!(policies, want),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(attr.size, 5000);
+        assert!(
+            policies.contains(&("write".to_string(), "write-back".to_string())),
+            "{policies:?}"
+        );
+        assert!(m.op(Request::GetAttrPolicy { handle: a + 1000 }).is_err());
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
