@@ -78,6 +78,17 @@ impl Fs {
         }
     }
 
+    /// Opens with attributes and policies this node already has from the
+    /// metadata server (a mount's lookup just before, still under its
+    /// lease, with nothing changed since): no request. Learns the
+    /// policies if the node holds no state of the file yet.
+    pub fn open_known(&self, a: &Attr, policies: &[(String, String)]) -> Result<()> {
+        if !self.files.lock().contains_key(&a.handle) {
+            self.learn(a, policies)?;
+        }
+        Ok(())
+    }
+
     /// Starts this node's state of a file from its policy settings (kept
     /// if another task got there first).
     pub(crate) fn learn(&self, a: &Attr, settings: &[(String, String)]) -> Result<FileState> {

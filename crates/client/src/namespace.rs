@@ -104,6 +104,29 @@ impl Fs {
         Ok(a)
     }
 
+    /// [`Fs::lookup`], with the file's policies in the same answer (what
+    /// [`Fs::open_known`] needs).
+    pub async fn lookup_with_policies(&self, parent: u64, name: &[u8]) -> Result<(Attr, Vec<(String, String)>)> {
+        let req = Request::LookupPolicy {
+            parent,
+            name: name.to_vec(),
+        };
+        let shown = show_name(name);
+        match self.md(&shown, req).await? {
+            Response::AttrPolicies { attr, policies } => {
+                self.name(&attr, &shown);
+                Ok((attr, policies))
+            }
+            other => Err(FsError::Protocol(format!("{shown}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// This node's requests to the metadata server that may change its
+    /// answers: (sent, ended). Equal: none in flight.
+    pub fn metadata_changes(&self) -> (u64, u64) {
+        self.mds.changes()
+    }
+
     pub async fn create_at(&self, parent: u64, name: &[u8], mode: u32, exclusive: bool) -> Result<Attr> {
         Ok(self.create_in(parent, name, mode, exclusive).await?.0)
     }

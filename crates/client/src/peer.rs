@@ -29,6 +29,23 @@ pub struct Peer {
     node: AtomicU64,
     /// Called (on a blocking thread) when a connection is found lost.
     on_lost: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
+    /// Requests that may change the metadata server's answers: sent, and
+    /// answered (or failed) ([`Peer::changes`]).
+    changes_sent: AtomicU64,
+    changes_done: AtomicU64,
+}
+
+/// Counts a request that may change what the server answers as done when
+/// it ends; one abandoned in flight is never counted done (the server may
+/// still apply it), so [`Peer::changes`] never shows a quiet peer again.
+struct ChangeDone<'a>(&'a AtomicU64, bool);
+
+impl Drop for ChangeDone<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl Peer {
@@ -42,6 +59,8 @@ impl Peer {
             lost: AtomicBool::new(false),
             node: AtomicU64::new(0),
             on_lost: std::sync::OnceLock::new(),
+            changes_sent: AtomicU64::new(0),
+            changes_done: AtomicU64::new(0),
         }
     }
 
@@ -103,6 +122,26 @@ impl Peer {
 
     /// [`Peer::call`] with a payload borrowed or shared ([`Payload`]).
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
+        if req.reads_metadata_only() {
+            return self.send(req, data).await;
+        }
+        self.changes_sent.fetch_add(1, Ordering::SeqCst);
+        let mut done = ChangeDone(&self.changes_done, false);
+        let r = self.send(req, data).await;
+        done.1 = true;
+        r
+    }
+
+    /// Requests sent so far that may change what the server answers, and
+    /// those of them that have ended. Equal: none is in flight, so an
+    /// answer to a request sent after reflects every change this client
+    /// made; a later first count equal to it: none was sent since.
+    pub fn changes(&self) -> (u64, u64) {
+        let sent = self.changes_sent.load(Ordering::SeqCst);
+        (sent, self.changes_done.load(Ordering::SeqCst))
+    }
+
+    async fn send(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
         let wrapped;
         let req = match self.node.load(Ordering::SeqCst) {
             0 => req,

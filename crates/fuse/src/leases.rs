@@ -49,6 +49,22 @@ struct Held {
     forgotten: u64,
     /// The names each file was given to the kernel by.
     names: HashMap<u64, Vec<Named>>,
+    /// Lookups' answers kept for the open that usually follows
+    /// ([`KernelLeases::take_looked`]).
+    looked: HashMap<u64, Looked>,
+}
+
+/// Most lookups' answers kept for opens; more (a walk that opens
+/// nothing) start the table again.
+const MAX_LOOKED: usize = 4096;
+
+/// A lookup's answer and what was true when it was asked.
+struct Looked {
+    attr: Attr,
+    policies: Vec<(String, String)>,
+    ticket: Ticket,
+    /// This node's metadata changes sent before it (none was in flight).
+    changes: u64,
 }
 
 /// Taken before a request whose answer the kernel may keep.
@@ -99,6 +115,44 @@ impl KernelLeases {
         }
     }
 
+    /// Keeps a lookup's answer for the open after it: `t` and `changes`
+    /// (this node's metadata changes, sent and ended) taken before the
+    /// lookup was sent. Kept only if no change of this node's was in
+    /// flight then, so the answer reflects every change it made.
+    pub(crate) fn looked(&self, t: Ticket, changes: (u64, u64), attr: &Attr, policies: Vec<(String, String)>) {
+        if !t.leased || changes.0 != changes.1 || attr.kind != FileKind::File {
+            return;
+        }
+        let mut held = self.held.lock();
+        if held.looked.len() >= MAX_LOOKED {
+            held.looked.clear();
+        }
+        held.looked.insert(
+            attr.handle,
+            Looked {
+                attr: attr.clone(),
+                policies,
+                ticket: t,
+                changes: changes.0,
+            },
+        );
+    }
+
+    /// The answer of the last lookup of `handle`, if an open may take it
+    /// for a `getattr` at the open (close-to-open): its lease still runs
+    /// and nothing may have changed the file since, as no lease of this
+    /// node was called back (another node's change is answered only
+    /// after the callback) and this node sent no change (`changes_now`,
+    /// as [`KernelLeases::looked`] took it). Taken: one open per lookup.
+    pub(crate) fn take_looked(&self, handle: u64, changes_now: (u64, u64)) -> Option<(Attr, Vec<(String, String)>)> {
+        let mut held = self.held.lock();
+        let l = held.looked.remove(&handle)?;
+        let fresh = l.ticket.forgotten == held.forgotten
+            && l.ticket.at.elapsed() + MARGIN < Duration::from_nanos(LEASE.0)
+            && changes_now.0 == l.changes;
+        fresh.then_some((l.attr, l.policies))
+    }
+
     /// The metadata server called back the lease on `handle` (`None`: the
     /// connection to it was lost, every lease goes): the kernel forgets
     /// the file's names, then its attributes. Blocks until it has.
@@ -107,8 +161,14 @@ impl KernelLeases {
             let mut held = self.held.lock();
             held.forgotten += 1;
             match handle {
-                Some(h) => vec![(h, held.names.remove(&h).unwrap_or_default())],
-                None => held.names.drain().collect(),
+                Some(h) => {
+                    held.looked.remove(&h);
+                    vec![(h, held.names.remove(&h).unwrap_or_default())]
+                }
+                None => {
+                    held.looked.clear();
+                    held.names.drain().collect()
+                }
             }
         };
         let Some(n) = self.notifier.get() else {
@@ -126,7 +186,9 @@ impl KernelLeases {
     /// The kernel dropped the inode (`FORGET`): its names need no
     /// forgetting any more.
     pub(crate) fn dropped(&self, ino: u64) {
-        self.held.lock().names.remove(&ino);
+        let mut held = self.held.lock();
+        held.names.remove(&ino);
+        held.looked.remove(&ino);
     }
 }
 
@@ -180,6 +242,64 @@ mod tests {
         );
         l.forget(None);
         assert!(l.held.lock().names.is_empty());
+    }
+
+    /// An open takes a lookup's answer only while nothing may have
+    /// changed the file since: no callback, no change of this node's sent
+    /// or in flight, the lease running; and only once.
+    #[test]
+    fn an_open_takes_a_lookup_only_while_nothing_changed() {
+        let l = KernelLeases::default();
+        let a = attr(5, FileKind::File);
+        let p = || vec![("write".to_string(), "write-back".to_string())];
+        l.looked(ticket(&l), (3, 3), &a, p());
+        assert_eq!(l.take_looked(5, (3, 3)), Some((a.clone(), p())));
+        assert_eq!(l.take_looked(5, (3, 3)), None, "one open per lookup");
+        // This node sent a change after the lookup (ended or not).
+        l.looked(ticket(&l), (3, 3), &a, p());
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        // A change was in flight when the lookup was sent.
+        l.looked(ticket(&l), (4, 3), &a, p());
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        // A callback (of any file) after the lookup was sent.
+        let t = ticket(&l);
+        l.looked(t, (4, 4), &a, p());
+        l.forget(Some(9));
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        // A callback crossing the lookup: taken before it, noted after.
+        let t = ticket(&l);
+        l.forget(Some(5));
+        l.looked(t, (4, 4), &a, p());
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        // The lease ran out.
+        let old = Ticket {
+            at: Instant::now() - Duration::from_nanos(LEASE.0),
+            ..ticket(&l)
+        };
+        l.looked(old, (4, 4), &a, p());
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        // No lease, or not a file.
+        l.looked(
+            Ticket {
+                leased: false,
+                ..ticket(&l)
+            },
+            (4, 4),
+            &a,
+            p(),
+        );
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        l.looked(ticket(&l), (4, 4), &attr(6, FileKind::Dir), p());
+        assert_eq!(l.take_looked(6, (4, 4)), None);
+        // The kernel dropped the inode; the server's connection was lost.
+        l.looked(ticket(&l), (4, 4), &a, p());
+        l.dropped(5);
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        l.looked(ticket(&l), (4, 4), &a, p());
+        l.forget(None);
+        assert_eq!(l.take_looked(5, (4, 4)), None);
+        l.looked(ticket(&l), (4, 4), &a, p());
+        assert!(l.take_looked(5, (4, 4)).is_some(), "and fresh again after all that");
     }
 
     #[test]

@@ -411,14 +411,19 @@ impl Filesystem for Mount {
             Err(e) => return reply.error(e),
         };
         let rec = self.recorder.clone();
+        // Taken before the lookup is sent: the open that usually follows
+        // may take its answer ([`KernelLeases::take_looked`]).
+        let leases = self.leases.clone();
+        let (t, changes) = (leases.ticket(&fs), fs.metadata_changes());
         self.entry(
             parent,
             name.clone(),
             async move {
-                let a = fs.lookup(parent, &name).await?;
+                let (a, policies) = fs.lookup_with_policies(parent, &name).await?;
                 if let Some(r) = rec {
                     r.learn(parent, &name, a.handle);
                 }
+                leases.looked(t, changes, &a, policies);
                 Ok(a)
             },
             reply,
@@ -592,9 +597,18 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         let open = self.open.clone();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
+        let leases = self.leases.clone();
         self.run(async move {
             let r = async {
-                let a = fs.getattr_to_open(ino).await?;
+                // The lookup just before answered what a getattr would
+                // now, if nothing changed since: no request.
+                let a = match leases.take_looked(ino, fs.metadata_changes()) {
+                    Some((a, policies)) => {
+                        fs.open_known(&a, &policies)?;
+                        a
+                    }
+                    None => fs.getattr_to_open(ino).await?,
+                };
                 let a = fs.open(&a, writes(flags)).await?;
                 let how = open_flags(&fs, &a).await?;
                 Ok::<_, FsError>((a, how))

@@ -110,6 +110,12 @@ pub enum Request {
     GetAttr {
         handle: Handle,
     },
+    /// A `Lookup` answered with the file's policies too (`AttrPolicies`):
+    /// a mount's lookup, so that the open after it needs no request.
+    LookupPolicy {
+        parent: Handle,
+        name: Name,
+    },
     SetAttr {
         handle: Handle,
         set: SetAttr,
@@ -783,6 +789,34 @@ impl fmt::Display for ErrorReply {
 }
 
 impl Request {
+    /// Whether the metadata server answers the request without changing
+    /// anything a later answer shows (a mount trusts what it looked up
+    /// only while its own node sends none of the others).
+    pub fn reads_metadata_only(&self) -> bool {
+        use Request::*;
+        if let As { req, .. } = self {
+            return req.reads_metadata_only();
+        }
+        matches!(
+            self,
+            Lookup { .. }
+                | LookupPolicy { .. }
+                | GetAttr { .. }
+                | GetAttrPolicy { .. }
+                | GetPolicy { .. }
+                | ReadDir { .. }
+                | GetXattr { .. }
+                | ListXattr { .. }
+                | ExplainPolicy { .. }
+                | ReadLink { .. }
+                | StatFs
+                | Servers
+                | Callbacks { .. }
+                | CalledBack { .. }
+                | Nodes
+        )
+    }
+
     /// Whether doing the request twice leaves the same result as doing it
     /// once, so a client may send it again after a lost connection.
     pub fn is_idempotent(&self) -> bool {
@@ -793,6 +827,7 @@ impl Request {
         matches!(
             self,
             Lookup { .. }
+                | LookupPolicy { .. }
                 | GetAttr { .. }
                 | ReadDir { .. }
                 | GetXattr { .. }

@@ -776,17 +776,13 @@ impl Mds {
     fn op(&self, req: Request) -> R<Response> {
         match req {
             Request::Sync => self.sync(),
-            Request::Lookup { parent, name } => self.read(|tx| {
-                check_len(&name)?;
-                tx.dir(parent)?;
-                let h = match &name[..] {
-                    b"." => parent,
-                    b".." => tx.get(parent)?.parent,
-                    _ => tx
-                        .entry(parent, &name)?
-                        .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?,
-                };
-                Ok(Response::Attr(tx.get(h)?.attr))
+            Request::Lookup { parent, name } => self.read(|tx| Ok(Response::Attr(lookup(tx, parent, &name)?.attr))),
+            Request::LookupPolicy { parent, name } => self.read(|tx| {
+                let i = lookup(tx, parent, &name)?;
+                Ok(Response::AttrPolicies {
+                    attr: i.attr,
+                    policies: i.policies,
+                })
             }),
             Request::GetAttr { handle } => self.read(|tx| Ok(Response::Attr(tx.get(handle)?.attr))),
             Request::SetAttr { handle, set } => self.write(|tx| {
@@ -1479,10 +1475,25 @@ type CallBack = (Handle, Vec<(u64, Time)>);
 
 /// Whether a request's answer gives the asking mount a lease on the file
 /// it names: those whose attributes a mount hands its kernel.
+/// The inode `name` names in directory `parent` (`.` and `..` too).
+fn lookup(tx: &Tx<'_>, parent: Handle, name: &[u8]) -> R<Inode> {
+    check_len(name)?;
+    tx.dir(parent)?;
+    let h = match name {
+        b"." => parent,
+        b".." => tx.get(parent)?.parent,
+        _ => tx
+            .entry(parent, name)?
+            .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(name))))?,
+    };
+    tx.get(h)
+}
+
 fn grants_lease(req: &Request) -> bool {
     matches!(
         req,
         Request::Lookup { .. }
+            | Request::LookupPolicy { .. }
             | Request::GetAttr { .. }
             | Request::GetAttrPolicy { .. }
             | Request::Create { .. }
@@ -2065,8 +2076,8 @@ mod tests {
     }
 
     /// A node's first open learns a file's attributes and policies in one
-    /// request: the answer is what `GetAttr` and `GetPolicy` give, and a
-    /// missing file is the same error.
+    /// request (or its lookup does): the answer is what `GetAttr` and
+    /// `GetPolicy` give, and a missing file is the same error.
     #[test]
     fn attributes_and_policies_come_in_one_answer() {
         let cfg = config("attrpolicy");
@@ -2097,6 +2108,20 @@ mod tests {
             "{policies:?}"
         );
         assert!(m.op(Request::GetAttrPolicy { handle: a + 1000 }).is_err());
+        // A mount's lookup: the same answer, by name.
+        match m.op(Request::LookupPolicy {
+            parent: ROOT,
+            name: b"a".to_vec(),
+        }) {
+            Ok(Response::AttrPolicies { attr: got, policies: p }) => assert_eq!((got, p), (attr, policies)),
+            other => panic!("{other:?}"),
+        }
+        assert!(m
+            .op(Request::LookupPolicy {
+                parent: ROOT,
+                name: b"missing".to_vec(),
+            })
+            .is_err());
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
