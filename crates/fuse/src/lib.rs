@@ -193,7 +193,27 @@ impl Mount {
         Ok(session)
     }
 
+    /// Answers a request: the work is polled once here, on the thread
+    /// that read the request, and handed to the runtime only if it has to
+    /// wait (for a server, a lock, a write-back). An answer from this
+    /// node's caches (a write into the node cache, a cached read, an open
+    /// after its lookup, a close of a file read) then costs no hand-over
+    /// to another thread, which on this machine took longer than the work;
+    /// one that waits has its request sent before the hand-over.
     fn run<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
+        let mut f = Box::pin(f);
+        let _in_runtime = self.rt.enter();
+        // A wake-up before the runtime's first poll of it is not needed:
+        // that poll sees whatever happened.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if f.as_mut().poll(&mut cx).is_pending() {
+            self.rt.spawn(f);
+        }
+    }
+
+    /// Answers a request with much data to copy on the runtime's threads,
+    /// so that the thread reading requests reads the next meanwhile.
+    fn run_spawned<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
         self.rt.spawn(f);
     }
 
@@ -244,6 +264,11 @@ impl Mount {
         (self.leases.clone(), self.leases.ticket(&self.fs))
     }
 }
+
+/// Reads and writes of at most this many bytes (one node cache block)
+/// are answered on the thread that read them when they need not wait
+/// ([`Mount::run`]); larger ones on the runtime's.
+const INLINE_MAX: usize = 64 << 10;
 
 /// The errno a failed operation answers; an I/O error (the program sees
 /// only EIO) is logged with its cause.
@@ -698,7 +723,12 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
-        self.run(async move {
+        let run = if size as usize <= INLINE_MAX {
+            Self::run
+        } else {
+            Self::run_spawned
+        };
+        run(self, async move {
             let r = async { fs.read_at(&attr.await?, offset.max(0) as u64, size as u64).await };
             match r.await {
                 Ok(d) => {
@@ -735,7 +765,12 @@ impl Filesystem for Mount {
         let attr = self.attr_of(ino);
         let data = data.to_vec();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
-        self.run(async move {
+        let run = if data.len() <= INLINE_MAX {
+            Self::run
+        } else {
+            Self::run_spawned
+        };
+        run(self, async move {
             let r = async { fs.write_at(&attr.await?, offset.max(0) as u64, &data).await };
             match r.await {
                 Ok(()) => {
@@ -994,7 +1029,7 @@ impl Filesystem for Mount {
         let (src, dst) = (self.attr_of(ino_in), self.attr_of(ino_out));
         let rec = self.recorder.clone();
         let pid = rec.as_ref().map_or(0, |r| r.opener(fh_in, req.pid()));
-        self.run(async move {
+        self.run_spawned(async move {
             let r = async {
                 let (src, dst) = (src.await?, dst.await?);
                 let mut done = 0u64;
