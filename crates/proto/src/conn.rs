@@ -5,7 +5,8 @@
 use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::frame::{encode, encode_head, read_frame, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
-use bytes::{Buf, Bytes, BytesMut};
+use crate::outbox::Outbox;
+use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,9 +14,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 /// A request's payload, as [`Client::call_with`] takes it.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +47,7 @@ type Reply = Result<(Response, Bytes), ConnError>;
 struct Inner {
     addr: String,
     /// Frames to send: the encoded head, and a payload sent after it uncopied.
-    tx: mpsc::UnboundedSender<(BytesMut, Bytes)>,
+    out: Outbox,
     pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
     next: AtomicU64,
     closed: AtomicBool,
@@ -112,20 +112,21 @@ impl Client {
                 },
             },
         })?;
-        let (mut r, mut w) = s.into_split();
-        let (tx, mut rx) = mpsc::unbounded_channel::<(BytesMut, Bytes)>();
+        let (mut r, w) = s.into_split();
+        let (out, writer) = Outbox::new(w);
         let inner = Arc::new(Inner {
             addr: addr.to_string(),
-            tx,
+            out,
             pending: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             reason: Mutex::new(String::new()),
         });
+        let failed = Arc::downgrade(&inner);
         tokio::spawn(async move {
-            while let Some((head, data)) = rx.recv().await {
-                if w.write_all_buf(&mut head.chain(data)).await.is_err() {
-                    break;
+            if let Err(e) = writer.await {
+                if let Some(inner) = failed.upgrade() {
+                    inner.fail_all(e);
                 }
             }
         });
@@ -182,8 +183,12 @@ impl Client {
             addr: self.inner.addr.clone(),
             reason: self.inner.reason.lock().clone(),
         };
-        if self.is_closed() || self.inner.tx.send(frame).is_err() {
+        if self.is_closed() {
             self.inner.pending.lock().remove(&id);
+            return Err(closed());
+        }
+        if let Err(e) = self.inner.out.send(frame) {
+            self.inner.fail_all(e);
             return Err(closed());
         }
         rx.await.unwrap_or_else(|_| Err(closed()))
@@ -243,17 +248,11 @@ async fn connection<H: Handler>(
         }
         return;
     }
-    let (mut r, mut w) = stream.into_split();
+    let (mut r, w) = stream.into_split();
     // A reply is its encoded head and its payload, written together with
     // one vectored write: the payload (a block read) is not copied again.
-    let (tx, mut rx) = mpsc::unbounded_channel::<(BytesMut, Bytes)>();
-    let writer = tokio::spawn(async move {
-        while let Some((head, data)) = rx.recv().await {
-            if w.write_all_buf(&mut head.chain(data)).await.is_err() {
-                break;
-            }
-        }
-    });
+    let (tx, writer) = Outbox::new(w);
+    let writer = tokio::spawn(writer);
     // The nodes requests were made for on this connection.
     let mut nodes: Vec<u64> = Vec::new();
     loop {

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod conn;
 pub mod frame;
 pub mod msg;
+mod outbox;
 
 pub use auth::Secret;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
