@@ -70,6 +70,10 @@ impl IodConfig {
 /// Block size of a data server's cache.
 pub const IOD_BLOCK: u32 = 64 << 10;
 
+/// The largest part removed on the thread that handles the request; a
+/// larger one (whose unlink frees many extents) on a blocking thread.
+const REMOVE_IN_PLACE_MAX: u64 = 1 << 20;
+
 /// The block store, as the level below the server's cache.
 struct StoreBelow {
     store: Arc<BlockStore>,
@@ -274,6 +278,17 @@ impl Iod {
         }
         self.cache.discard_file(h, 0).await;
         self.below.touched.lock().insert(h);
+        if let Entry::Remove { handle } = entry {
+            // The part of a file never written (none) or of a small one is
+            // removed here: the hop to a blocking thread and back cost
+            // more than the unlink (most of a data server's time while
+            // files were removed, as mdtest does).
+            match self.store.stored(handle)? {
+                None => return Ok(()),
+                Some(len) if len <= REMOVE_IN_PLACE_MAX => return apply(&self.store, &entry),
+                Some(_) => {}
+            }
+        }
         self.blocking(move |s| apply(s, &entry)).await
     }
 

@@ -57,9 +57,14 @@ impl BlockStore {
 
     /// Size of the handle's part (0 if absent).
     pub fn len(&self, handle: u64) -> io::Result<u64> {
+        Ok(self.stored(handle)?.unwrap_or(0))
+    }
+
+    /// Size of the handle's part, `None` if it has none.
+    pub fn stored(&self, handle: u64) -> io::Result<Option<u64>> {
         match std::fs::metadata(self.path(handle)) {
-            Ok(m) => Ok(m.len()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
