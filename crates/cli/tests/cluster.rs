@@ -391,6 +391,45 @@ async fn holds_part(c: &Cluster, addr: &str, handle: u64) -> bool {
     !data.is_empty()
 }
 
+/// Whether data server `n` of the cluster has a part file for `handle`
+/// (empty or not).
+fn part_file(c: &Cluster, n: usize, handle: u64) -> bool {
+    c.dir.join(format!("iod-{n}/objects/{handle:016x}")).exists()
+}
+
+/// A file never written asks the data servers nothing when removed, and
+/// they hold nothing of it; one truncated while empty (its parts made,
+/// empty, on every data server) has them removed with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_file_never_written_or_truncated_while_empty_leaves_no_part() {
+    let c = Cluster::up("removal-empty", 2);
+    let fs = c.fs().await;
+    let never = fs.create("/never", 0o644, true).await.unwrap();
+    fs.close(&never, true).await.unwrap();
+    let cut = fs.create("/cut", 0o644, true).await.unwrap();
+    fs.truncate(&cut, 0).await.unwrap();
+    fs.close(&cut, true).await.unwrap();
+    for n in 0..2 {
+        assert!(
+            !part_file(&c, n, never.handle),
+            "data server {n} holds a part of a file never written"
+        );
+        assert!(
+            part_file(&c, n, cut.handle),
+            "data server {n}: the truncate made no part (the test is void)"
+        );
+    }
+    fs.unlink("/never").await.unwrap();
+    fs.unlink("/cut").await.unwrap();
+    fs.shutdown().await.unwrap();
+    for n in 0..2 {
+        assert!(
+            !part_file(&c, n, cut.handle),
+            "data server {n} still holds the truncated file's part"
+        );
+    }
+}
+
 /// Removing a small file's last name returns once the metadata server has
 /// removed it; its data servers drop its parts after, and `shutdown` waits
 /// for them (SIGSTOP of one server holds that back). A large file's parts

@@ -11,6 +11,7 @@ use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
 use parcache_core::cooperative::CooperativeKind;
 use parcache_core::{FilePolicies, PrefetchKind, StoreKind};
+use parcache_proto::FIRST_VERSION;
 use parcache_proto::{Attr, Request, Response, SetAttr};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -654,6 +655,16 @@ impl Fs {
             self.data.forget(a.handle);
             return Ok(());
         };
+        if a.version <= FIRST_VERSION && size == 0 {
+            // No node ever reported data or a size for it (a write's
+            // close, a truncate, an fsync all move the version): the data
+            // servers hold no part of it, and are not asked (mdtest's
+            // files). A node still writing it without having said so
+            // keeps what it wrote there (space), as when it writes after
+            // the removal.
+            self.data.forget(a.handle);
+            return Ok(());
+        }
         if size > REMOVE_LATER_MAX {
             self.data.remove(a.handle, &l.servers).await?;
             self.data.forget(a.handle);

@@ -55,6 +55,10 @@ pub struct Layout {
     pub servers: Vec<u32>,
 }
 
+/// A file's version when created: every change to its content or size
+/// (a write's report, a truncate, a layout set anew) moves it on.
+pub const FIRST_VERSION: u64 = 1;
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Attr {
     pub handle: Handle,

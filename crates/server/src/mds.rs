@@ -31,7 +31,7 @@ use parcache_core::{ConsistencyKind, StoreKind};
 use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
     serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
-    Layout, Request, Response, Secret, SetAttr, Timestamp, NAME_MAX, ROOT,
+    Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT,
 };
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -761,7 +761,7 @@ impl Mds {
                 atime: t,
                 mtime: t,
                 ctime: t,
-                version: 1,
+                version: FIRST_VERSION,
                 layout,
                 rdev: 0,
             },
@@ -1290,9 +1290,12 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
         }
         if size != i.attr.size {
             i.attr.size = size;
-            i.attr.version += 1;
             i.attr.mtime = t;
         }
+        // Even to the same size: the node cut or made the file's parts
+        // at the data servers, and a file still at its first version has
+        // none (its removal sends them nothing).
+        i.attr.version += 1;
     }
     if let Some(a) = set.atime {
         i.attr.atime = a;
@@ -2000,6 +2003,35 @@ mod tests {
         drop(m);
         let m = Mds::open(&cfg).unwrap();
         assert_eq!(size_of(&m, b).0, 9000);
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// A new file is at its first version; a truncate moves it on even to
+    /// the size the file has (the node cut or made its parts at the data
+    /// servers, so a removal must ask them), and a change of mode does not.
+    #[test]
+    fn a_truncate_to_the_same_size_moves_the_version() {
+        let cfg = config("same-size");
+        let m = Mds::open(&cfg).unwrap();
+        let a = create(&m, "a");
+        assert_eq!(size_of(&m, a), (0, FIRST_VERSION));
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr { handle: a, set: chmod }).unwrap();
+        assert_eq!(size_of(&m, a), (0, FIRST_VERSION));
+        let truncate = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr {
+            handle: a,
+            set: truncate,
+        })
+        .unwrap();
+        assert_eq!(size_of(&m, a), (0, FIRST_VERSION + 1));
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
