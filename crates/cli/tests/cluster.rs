@@ -430,6 +430,37 @@ async fn removing_a_file_never_written_or_truncated_while_empty_leaves_no_part()
     }
 }
 
+/// A file at its first version and empty may still have parts when
+/// another node created it (or an earlier run of this node, killed while
+/// writing it before reporting anything): its removal asks the data
+/// servers, and the part goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreported_part_of_a_file_created_elsewhere_goes_with_it() {
+    let c = Cluster::up("removal-elsewhere", 2);
+    let writer = c.fs().await;
+    let f = writer.create("/killed", 0o644, true).await.unwrap();
+    // The writer's write-back reached data server 0 of the file's layout;
+    // it died before its close reported the size.
+    let first = f.layout.as_ref().unwrap().servers[0] as usize;
+    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
+    let addr = c.info()["iods"][first].as_str().unwrap().to_string();
+    let conn = parcache_proto::Client::connect(&addr, &secret).await.unwrap();
+    let req = parcache_proto::Request::WriteBuffered {
+        handle: f.handle,
+        offset: 0,
+    };
+    let (r, _) = conn.call(&req, &[9u8; 4096]).await.unwrap();
+    assert!(matches!(r, parcache_proto::Response::Written { .. }), "{r:?}");
+    assert!(holds_part(&c, &addr, f.handle).await);
+    let other = c.fs().await;
+    other.unlink("/killed").await.unwrap();
+    other.shutdown().await.unwrap();
+    assert!(
+        !holds_part(&c, &addr, f.handle).await && !part_file(&c, first, f.handle),
+        "the unreported part stayed behind"
+    );
+}
+
 /// Removing a small file's last name returns once the metadata server has
 /// removed it; its data servers drop its parts after, and `shutdown` waits
 /// for them (SIGSTOP of one server holds that back). A large file's parts

@@ -9,7 +9,7 @@ use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
 use parcache_proto::{ErrorReply, Payload, Request, Response, Secret};
 use parking_lot::Mutex as SyncMutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One server's share of a write: where it starts there, and its chunks.
 type ServerPart = (u64, Vec<std::ops::Range<usize>>);
@@ -26,8 +26,15 @@ pub struct Placement {
 pub struct DataPath {
     iods: Vec<Peer>,
     placements: SyncMutex<HashMap<u64, Known>>,
+    /// Files this node created (this process) and has sent no write,
+    /// truncate or extension for: none of their parts can come from it.
+    fresh: SyncMutex<HashSet<u64>>,
     block_size: u32,
 }
+
+/// Most files kept as [`DataPath::fresh`]: past it, a new file is not
+/// kept (its removal then asks its data servers, as any other).
+const FRESH_MAX: usize = 1 << 16;
 
 /// What the data path knows of a file this node uses.
 #[derive(Clone)]
@@ -52,6 +59,7 @@ impl DataPath {
                 .map(|(i, addr)| Peer::new(format!("data server {i}"), addr, secret.clone()))
                 .collect(),
             placements: SyncMutex::new(HashMap::new()),
+            fresh: SyncMutex::new(HashSet::new()),
             block_size,
         }
     }
@@ -96,6 +104,7 @@ impl DataPath {
         if new <= old {
             return Ok(());
         }
+        self.touch(handle);
         let k = self.known(handle)?;
         let calls = k.placement.servers.iter().enumerate().filter_map(|(pos, &s)| {
             let want = k.placement.layout.server_bytes(new, pos as u32);
@@ -117,6 +126,27 @@ impl DataPath {
 
     pub fn forget(&self, handle: u64) {
         self.placements.lock().remove(&handle);
+        self.fresh.lock().remove(&handle);
+    }
+
+    /// This node created the file just now.
+    pub fn created(&self, handle: u64) {
+        let mut f = self.fresh.lock();
+        if f.len() < FRESH_MAX {
+            f.insert(handle);
+        }
+    }
+
+    /// Whether this node created the file and has sent its data servers
+    /// nothing for it since.
+    pub fn untouched(&self, handle: u64) -> bool {
+        self.fresh.lock().contains(&handle)
+    }
+
+    /// A write, truncate or extension of the file is about to go to its
+    /// data servers.
+    fn touch(&self, handle: u64) {
+        self.fresh.lock().remove(&handle);
     }
 
     fn placement(&self, handle: u64) -> Result<Placement> {
@@ -169,6 +199,7 @@ impl DataPath {
     }
 
     async fn write_payload(&self, handle: u64, offset: u64, data: Payload<'_>, durable: bool) -> Result<()> {
+        self.touch(handle);
         let all: &[u8] = match data {
             Payload::Slice(d) => d,
             Payload::Shared(b) => b,
@@ -291,6 +322,7 @@ impl DataPath {
 
     /// Sets the length of each data server's part of a file of `size` bytes.
     pub async fn truncate(&self, handle: u64, size: u64) -> Result<()> {
+        self.touch(handle);
         let p = self.placement(handle)?;
         for (pos, &s) in p.servers.iter().enumerate() {
             let len = p.layout.server_bytes(size, pos as u32);

@@ -655,13 +655,14 @@ impl Fs {
             self.data.forget(a.handle);
             return Ok(());
         };
-        if a.version <= FIRST_VERSION && size == 0 {
-            // No node ever reported data or a size for it (a write's
+        if a.version <= FIRST_VERSION && size == 0 && self.data.untouched(a.handle) {
+            // This node created it and sent its data servers nothing for
+            // it, and no node reported data or a size for it (a write's
             // close, a truncate, an fsync all move the version): the data
             // servers hold no part of it, and are not asked (mdtest's
-            // files). A node still writing it without having said so
-            // keeps what it wrote there (space), as when it writes after
-            // the removal.
+            // files). A file another node (or an earlier run of this
+            // one, killed while writing it) may have written is removed
+            // from them as before.
             self.data.forget(a.handle);
             return Ok(());
         }

@@ -151,6 +151,10 @@ impl Fs {
             Response::Created { attr, policies, parent } => {
                 self.name(&attr, &shown);
                 self.learn(&attr, &policies)?;
+                if parent.is_some() {
+                    // Made by this request, not found there.
+                    self.data.created(attr.handle);
+                }
                 Ok((attr, parent))
             }
             other => Err(FsError::Protocol(format!("{shown}: unexpected reply {other:?}"))),
