@@ -516,3 +516,74 @@ async fn small_files_data_goes_after_the_unlink_and_before_shutdown_returns() {
         assert!(!holds_part(&c, a, small.handle).await, "{a} still holds the small file");
     }
 }
+
+/// Opens `path` as a node's program would (its first open there asks for
+/// the attributes and policies in one request), reads it whole and closes
+/// it; returns the bytes and how many block reads went to data servers.
+async fn read_as_opened(fs: &Fs, path: &str) -> (Vec<u8>, u64) {
+    let before = fs.node_stats().server_reads;
+    let a = fs.resolve(path).await.unwrap();
+    let a = fs.getattr_to_open(a.handle).await.unwrap();
+    let a = fs.open(&a, false).await.unwrap();
+    let got = fs.read_at(&a, 0, 1 << 20).await.unwrap();
+    fs.close(&a, false).await.unwrap();
+    (got, fs.node_stats().server_reads - before)
+}
+
+/// Data on metadata: a small file's size report carries its content to
+/// the metadata server, which gives it with the file's attributes at
+/// another node's first open, so that node reads it from no data server.
+/// The copy stands only for the version it was reported at: a node that
+/// reports a change made on blocks older than another node's change
+/// (it kept the file open across that change) leaves no copy, and every
+/// reader sees both changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_files_content_comes_with_its_attributes_while_current() {
+    let c = Cluster::up("small-copy", 2);
+    let w = c.fs().await;
+    let a = w.create("/s", 0o644, true).await.unwrap();
+    let mut model = vec![b'x'; 5000];
+    w.write_at(&a, 0, &model).await.unwrap();
+    w.flush(&a).await.unwrap();
+    let r = c.fs().await;
+    let (got, fetched) = read_as_opened(&r, "/s").await;
+    assert!(got == model, "the first reader read wrong bytes");
+    assert_eq!(fetched, 0, "the first reader asked the data servers");
+
+    // Another node changes bytes 0..10 and closes, while `w` keeps the
+    // file open with its blocks of before; `w` then changes byte 100.
+    let other = c.fs().await;
+    let o = other.resolve("/s").await.unwrap();
+    let o = other.getattr_to_open(o.handle).await.unwrap();
+    let o = other.open(&o, true).await.unwrap();
+    other.write_at(&o, 0, &[b'b'; 10]).await.unwrap();
+    other.close(&o, true).await.unwrap();
+    model[..10].fill(b'b');
+    w.write_at(&a, 100, b"a").await.unwrap();
+    w.close(&a, true).await.unwrap();
+    model[100] = b'a';
+
+    let fresh = c.fs().await;
+    let (got, fetched) = read_as_opened(&fresh, "/s").await;
+    assert!(got == model, "a new node read a stale copy: {:?}", &got[..12]);
+    assert!(fetched > 0, "the copy of the writer's stale blocks was kept");
+    // The first reader opens again: its blocks are of an older version.
+    let (got, _) = read_as_opened(&r, "/s").await;
+    assert!(got == model, "the first reader kept its old blocks");
+
+    // A report from up-to-date blocks (the writer read the file first)
+    // keeps a copy again.
+    let o = other.getattr_to_open(o.handle).await.unwrap();
+    let o = other.open(&o, true).await.unwrap();
+    assert!(other.read_at(&o, 0, 1 << 20).await.unwrap() == model);
+    other.write_at(&o, 4999, b"z").await.unwrap();
+    other.close(&o, true).await.unwrap();
+    model[4999] = b'z';
+    let last = c.fs().await;
+    let (got, fetched) = read_as_opened(&last, "/s").await;
+    assert!(got == model, "wrong bytes after a current report");
+    assert_eq!(fetched, 0, "no copy after a current report");
+    for fs in [w, r, other, fresh, last] {
+        fs.shutdown().await.unwrap();
+    }
+}

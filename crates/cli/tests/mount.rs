@@ -1832,3 +1832,70 @@ fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Reads `path` on another thread while processes `pids` are stopped
+/// (SIGSTOP): the bytes if the read returned within `budget`.
+fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec<u8>> {
+    let sig = |s: &str| {
+        for p in pids {
+            Command::new("kill").args([s, &p.to_string()]).status().unwrap();
+        }
+    };
+    sig("-STOP");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read(p));
+    });
+    let got = rx.recv_timeout(budget);
+    sig("-CONT");
+    match got {
+        Ok(r) => Some(r.unwrap()),
+        Err(_) => {
+            let _ = rx.recv();
+            None
+        }
+    }
+}
+
+/// Data on metadata through the mount: a small file written and closed on
+/// one node is read on another with every data server stopped (its
+/// content came with its attributes from the metadata server), and a
+/// larger one is not (the test is not void). A change of the small file
+/// on the second node is what the first reads next.
+#[test]
+fn a_small_file_is_read_on_another_node_with_its_data_servers_stopped() {
+    let (base, cluster, a, b) = two_nodes("small-copy", "2");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
+    let pids: Vec<u64> = info["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    let iods = &pids[..pids.len() - 1];
+    let small: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    let large = vec![7u8; 16 << 10];
+    std::fs::write(a.p("small"), &small).unwrap();
+    std::fs::write(a.p("large"), &large).unwrap();
+    let got = read_while_stopped(iods, &b.p("small"), Duration::from_secs(5));
+    assert!(
+        got.as_deref() == Some(&small[..]),
+        "the small file needed a data server"
+    );
+    let got = read_while_stopped(iods, &b.p("large"), Duration::from_millis(1500));
+    assert!(
+        got.is_none(),
+        "a file over the limit was read with its data servers stopped"
+    );
+    assert!(std::fs::read(b.p("large")).unwrap() == large);
+
+    let changed: Vec<u8> = small.iter().map(|x| x ^ 0xff).collect();
+    std::fs::write(b.p("small"), &changed).unwrap();
+    assert!(
+        std::fs::read(a.p("small")).unwrap() == changed,
+        "the first node read the old copy"
+    );
+    finish(base, cluster, a, b);
+}

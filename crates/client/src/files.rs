@@ -7,12 +7,14 @@
 
 use crate::{from_below, from_driver, placement_of, Fs, FsError, Pool, Result};
 use crate::{REMOVE_LATER_MAX, REMOVING};
+use bytes::Bytes;
 use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
 use parcache_core::cooperative::CooperativeKind;
+use parcache_core::BlockKey;
 use parcache_core::{FilePolicies, PrefetchKind, StoreKind};
-use parcache_proto::FIRST_VERSION;
 use parcache_proto::{Attr, Request, Response, SetAttr};
+use parcache_proto::{FIRST_VERSION, SMALL_COPY_MAX};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -44,6 +46,10 @@ fn view(a: &Attr) -> ServerView {
     }
 }
 
+/// Most small files' copies kept between the lookup that brought them and
+/// the open that uses them (a walk that opens nothing starts again).
+const SMALL_KEPT: usize = 1024;
+
 /// How much of a file `session`'s open reads into the node cache at most
 /// (the rest would only push the start out again).
 const FETCH_WHOLE_CHUNK: usize = 1 << 20;
@@ -71,8 +77,13 @@ impl Fs {
         }
         let what = self.what(handle);
         match self.md(&what, Request::GetAttrPolicy { handle }).await? {
-            Response::AttrPolicies { attr, policies } => {
+            Response::AttrPolicies {
+                attr,
+                policies,
+                content,
+            } => {
                 self.learn(&attr, &policies)?;
+                self.keep_small(&attr, content);
                 Ok(attr)
             }
             other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
@@ -88,6 +99,68 @@ impl Fs {
             self.learn(a, policies)?;
         }
         Ok(())
+    }
+
+    /// Keeps a small file's content the metadata server gave with its
+    /// attributes, for the open that usually follows ([`Fs::open`]).
+    pub(crate) fn keep_small(&self, a: &Attr, content: Option<Vec<u8>>) {
+        let Some(c) = content else {
+            return;
+        };
+        let mut kept = self.small.lock();
+        if kept.len() >= SMALL_KEPT {
+            kept.clear();
+        }
+        kept.insert(a.handle, (a.version, c));
+    }
+
+    /// Whether the file's blocks live in the node cache alone, as the data
+    /// servers have them: cached, in the block store, with no cooperative
+    /// tier, global cache, durable write cache or block directory between
+    /// (what a small file's copy at the metadata server may stand in for).
+    fn plainly_cached(&self, st: &FileState, handle: u64) -> bool {
+        let k = st.policies.cooperative;
+        st.file.cached
+            && Self::cas_of(st).is_none()
+            && !st.plugin.tracks_blocks()
+            && !self.interleaved(k)
+            && !self.discretionary(handle, k)
+            && !self.nv_logged(&st.policies)
+    }
+
+    /// At an open, after revalidation: a small file's copy the metadata
+    /// server gave at this version goes into the node cache as its
+    /// blocks, so reading it asks no data server (data on metadata).
+    fn take_small(&self, st: &FileState, handle: u64) {
+        let Some((version, content)) = self.small.lock().remove(&handle) else {
+            return;
+        };
+        let Some(f) = self.file_now(handle) else {
+            return;
+        };
+        if version != f.version || content.len() as u64 != f.size || !self.plainly_cached(st, handle) {
+            return;
+        }
+        let bs = self.cache.block_size as usize;
+        for (i, piece) in content.chunks(bs).enumerate() {
+            // A block the cache holds already (this node's own) stays.
+            st.pool.adopt(BlockKey::new(handle, i as u64), piece);
+        }
+    }
+
+    /// The file's whole content if it is small and the node cache holds
+    /// all of it clean (just written down), with the version the node
+    /// validated its blocks at: what a size report may carry.
+    fn small_copy(&self, handle: u64, size: u64) -> Option<(u64, Bytes)> {
+        if size == 0 || size > SMALL_COPY_MAX || size > self.cache.block_size as u64 {
+            return None;
+        }
+        let st = self.files.lock().get(&handle)?.clone();
+        if !self.plainly_cached(&st, handle) {
+            return None;
+        }
+        let copy = st.pool.peek_prefix(BlockKey::new(handle, 0), size as u32)?;
+        Some((st.file.version, copy))
     }
 
     /// Starts this node's state of a file from its policy settings (kept
@@ -339,6 +412,8 @@ impl Fs {
         let now = self.now();
         let acts = self.with_file(a.handle, |p, f| p.post_open(f, now, view(&a), cacheable));
         self.run(&st, a.handle, acts, &mut a).await?;
+        let st = self.state(&a).await?;
+        self.take_small(&st, a.handle);
         if let Some(f) = self.file_now(a.handle) {
             if f.cached && self.interleaved(st.policies.cooperative) {
                 if st.policies.prefetch == PrefetchKind::FullFileOnOpen {
@@ -545,9 +620,17 @@ impl Fs {
         };
         // Every part as long as the size about to be reported says.
         self.data.extend_parts(handle, old, size).await?;
-        let attr = self
-            .md_attr(&self.what(handle), Request::Written { handle, size })
-            .await?;
+        let what = self.what(handle);
+        let attr = match self.small_copy(handle, size) {
+            Some((base, copy)) => {
+                let req = Request::WrittenSmall { handle, size, base };
+                match self.md_with(&what, req, &copy).await? {
+                    Response::Attr(a) => a,
+                    other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+                }
+            }
+            None => self.md_attr(&what, Request::Written { handle, size }).await?,
+        };
         self.with_file(handle, |_, f| f.reported(upto, view(&attr)));
         self.data.set_size(handle, attr.size, false);
         let interleaved = self

@@ -133,6 +133,10 @@ pub struct Fs {
     global: global::Global,
     /// The node's durable write cache (`nv=on` files), if it has one.
     nv: Option<nv::Nv>,
+    /// Small files' content as the metadata server gave it with their
+    /// attributes (`SMALL_COPY_MAX`), with the version it is current at,
+    /// kept for the open that follows a lookup ([`Fs::keep_small`]).
+    small: Mutex<HashMap<u64, (u64, Vec<u8>)>>,
     secret: Secret,
 }
 
@@ -201,6 +205,7 @@ impl Fs {
             cache,
             pools: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
+            small: Mutex::new(HashMap::new()),
             node: node_id(),
             me: me.clone(),
             answering: AtomicBool::new(false),
@@ -275,7 +280,12 @@ impl Fs {
     }
 
     async fn md(&self, path: &str, req: Request) -> Result<Response> {
-        match self.mds.call(&req, &[]).await?.0 {
+        self.md_with(path, req, &[]).await
+    }
+
+    /// [`Fs::md`] with a payload.
+    async fn md_with(&self, path: &str, req: Request, data: &[u8]) -> Result<Response> {
+        match self.mds.call(&req, data).await?.0 {
             Response::Error(e) => Err(FsError::Remote {
                 path: path.to_string(),
                 code: e.code,

@@ -113,8 +113,13 @@ impl Fs {
         };
         let shown = show_name(name);
         match self.md(&shown, req).await? {
-            Response::AttrPolicies { attr, policies } => {
+            Response::AttrPolicies {
+                attr,
+                policies,
+                content,
+            } => {
                 self.name(&attr, &shown);
+                self.keep_small(&attr, content);
                 Ok((attr, policies))
             }
             other => Err(FsError::Protocol(format!("{shown}: unexpected reply {other:?}"))),

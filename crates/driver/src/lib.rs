@@ -173,6 +173,16 @@ impl<B: Below> Driver<B> {
         Some(Bytes::copy_from_slice(st.mem(b, sh.block_size)))
     }
 
+    /// Bytes `0..len` of block `key` if the cache holds them clean, without
+    /// fetching or counting a hit (a small file's content for its size
+    /// report).
+    pub fn peek_prefix(&self, key: BlockKey, len: u32) -> Option<Bytes> {
+        let sh = &*self.shared;
+        let mut st = sh.lock();
+        let b = st.cache.clean_prefix(key, len)?;
+        Some(Bytes::copy_from_slice(&st.mem(b, sh.block_size)[..len as usize]))
+    }
+
     /// Whether the cache holds any of block `key` (clean or dirty, whole or
     /// not) or is still writing its last copy down: a request that would go
     /// around the cache must go through it then, or it would miss (or be

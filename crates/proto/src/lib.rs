@@ -19,5 +19,5 @@ pub use auth::Secret;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
 pub use msg::{
     show_name, Attr, Callback, ChunkHash, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Name, NodeInfo,
-    NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, LIST_CHUNKS_PAGE, NAME_MAX, ROOT,
+    NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, LIST_CHUNKS_PAGE, NAME_MAX, ROOT, SMALL_COPY_MAX,
 };

@@ -59,6 +59,15 @@ pub struct Layout {
 /// (a write's report, a truncate, a layout set anew) moves it on.
 pub const FIRST_VERSION: u64 = 1;
 
+/// The largest file whose whole content its writer's size report may carry
+/// to the metadata server (`WrittenSmall`), which keeps it beside the
+/// inode and gives it with the file's attributes at a lookup or first open
+/// (data on metadata, as Lustre's DoM and ext4's inline data do): a node
+/// then reads a small file with no request to a data server. The data
+/// servers hold the file as before; the copy is only used while the file
+/// is still at the version it was reported with.
+pub const SMALL_COPY_MAX: u64 = 8 << 10;
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Attr {
     pub handle: Handle,
@@ -195,6 +204,17 @@ pub enum Request {
     Written {
         handle: Handle,
         size: u64,
+    },
+    /// As `Written`, from a node that holds the file's whole content (the
+    /// payload, `size` bytes, at most [`SMALL_COPY_MAX`]) as its data
+    /// servers have it, current at version `base` plus its own writes. The
+    /// metadata server keeps the copy only if the file is still at `base`
+    /// (no other node reported a change since; as
+    /// `close_to_open::after_report`) and no longer than `size`.
+    WrittenSmall {
+        handle: Handle,
+        size: u64,
+        base: u64,
     },
     /// The data servers' addresses, by server id.
     Servers,
@@ -658,6 +678,9 @@ pub enum Response {
     AttrPolicies {
         attr: Attr,
         policies: Vec<(String, String)>,
+        /// A small file's whole content at `attr.version`, if the metadata
+        /// server holds a copy (see [`SMALL_COPY_MAX`]).
+        content: Option<Vec<u8>>,
     },
     /// A name removed: the file if that was its last link (its data must
     /// go), and the directory after (a mount answers the kernel's next
@@ -844,6 +867,9 @@ impl Request {
                 | GetAttrPolicy { .. }
                 | Servers
                 | Written { .. }
+                // Again after a first that was done: the base is old, so
+                // the copy goes and only the version moves once more.
+                | WrittenSmall { .. }
                 | Callbacks { .. }
                 | CalledBack { .. }
                 | Heartbeat { .. }

@@ -27,11 +27,11 @@ use parcache_core::cooperative::n_chance::{Directory, Evicted};
 use parcache_core::cooperative::{CooperativeKind, Members, Source};
 use parcache_core::BlockKey;
 use parcache_core::Time;
-use parcache_core::{ConsistencyKind, StoreKind};
+use parcache_core::{ConsistencyKind, FilePolicies, StoreKind};
 use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
     serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
-    Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT,
+    Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT, SMALL_COPY_MAX,
 };
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -63,6 +63,11 @@ const RECIPE_PAGE: u64 = 1024;
 /// How many recipe slots name each chunk hash; a chunk no slot names is
 /// collected.
 const REFS: TableDefinition<&[u8], u64> = TableDefinition::new("refs");
+/// Small files' content (data on metadata, [`SMALL_COPY_MAX`]): handle →
+/// the version it is current at (8 bytes, little-endian), then the bytes.
+/// A copy is given out only while its file is at that version; a stale
+/// one stays until the file's next size report or its removal.
+const SMALL: TableDefinition<u64, &[u8]> = TableDefinition::new("small_copies");
 /// Hashes one `Hashes` request may ask for.
 const HASHES_MAX: u64 = 1 << 16;
 /// Chunks a recipe may have (at 16 KiB, 64 TiB).
@@ -244,6 +249,7 @@ enum Undo {
     Cluster(String, Option<Vec<u8>>),
     Recipe((u64, u64), Option<Vec<u8>>),
     Ref(Vec<u8>, Option<u64>),
+    Small(u64, Option<Vec<u8>>),
 }
 
 fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
@@ -287,6 +293,39 @@ impl Tx<'_> {
         self.undo(Undo::Inode(i.attr.handle, old.map(|v| v.value().to_vec())));
         Ok(())
     }
+    /// The copy of a small file's content kept here, if it is current
+    /// (the file is at the version it was kept at).
+    fn small(&self, i: &Inode) -> R<Option<Vec<u8>>> {
+        if i.attr.kind != FileKind::File || i.attr.size == 0 || i.attr.size > SMALL_COPY_MAX {
+            return Ok(None);
+        }
+        let t = self.tx.open_table(SMALL).map_err(db_err)?;
+        let Some(v) = t.get(i.attr.handle).map_err(db_err)? else {
+            return Ok(None);
+        };
+        let v = v.value();
+        let current = v.len() >= 8 && v[..8] == i.attr.version.to_le_bytes() && (v.len() - 8) as u64 == i.attr.size;
+        Ok(current.then(|| v[8..].to_vec()))
+    }
+    /// Keeps `content` as the file's copy at `version`, or (`None`) drops
+    /// the copy it has.
+    fn set_small(&self, h: Handle, copy: Option<(u64, &[u8])>) -> R<()> {
+        let mut t = self.w().open_table(SMALL).map_err(db_err)?;
+        let old = match copy {
+            Some((version, content)) => {
+                let mut v = Vec::with_capacity(8 + content.len());
+                v.extend_from_slice(&version.to_le_bytes());
+                v.extend_from_slice(content);
+                t.insert(h, v.as_slice()).map_err(db_err)?.map(|o| o.value().to_vec())
+            }
+            None => t.remove(h).map_err(db_err)?.map(|o| o.value().to_vec()),
+        };
+        // Nothing to undo when there was no copy and none is kept.
+        if old.is_some() || copy.is_some() {
+            self.undo(Undo::Small(h, old));
+        }
+        Ok(())
+    }
     /// Deletes an inode; a content-addressed file's chunks lose its
     /// references (the next collection removes those no recipe names).
     fn delete(&self, h: Handle) -> R<()> {
@@ -294,6 +333,7 @@ impl Tx<'_> {
         let old = t.remove(h).map_err(db_err)?;
         self.undo(Undo::Inode(h, old.map(|v| v.value().to_vec())));
         drop(t);
+        self.set_small(h, None)?;
         let mut pages = self.w().open_table(RECIPES).map_err(db_err)?;
         let mut named = Vec::new();
         for page in pages
@@ -511,6 +551,13 @@ impl Tx<'_> {
                         None => drop(t.remove(k.as_slice()).map_err(db_err)?),
                     }
                 }
+                Undo::Small(k, v) => {
+                    let mut t = tx.open_table(SMALL).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k, v.as_slice()).map_err(db_err)?),
+                        None => drop(t.remove(k).map_err(db_err)?),
+                    }
+                }
             }
         }
         Ok(())
@@ -538,6 +585,7 @@ impl Mds {
             w.open_table(DIRENTS).map_err(db_err)?;
             w.open_table(META).map_err(db_err)?;
             w.open_table(CLUSTER).map_err(db_err)?;
+            w.open_table(SMALL).map_err(db_err)?;
             if tx.get(ROOT).is_err() {
                 let t = now();
                 tx.put(&Inode {
@@ -656,6 +704,39 @@ impl Mds {
             i.attr.ctime = now();
             tx.put(&i)?;
             Ok(Response::Ok)
+        })
+    }
+
+    /// A node's size report (`Written`), with the file's whole content
+    /// (`WrittenSmall`, `small` = its base version and the bytes): the copy
+    /// is kept only if no other node reported a change since the writer
+    /// validated the file at `base` and the file is no longer than what it
+    /// holds; otherwise any copy the file had goes.
+    fn written(&self, handle: Handle, size: u64, small: Option<(u64, &[u8])>) -> R<Response> {
+        if let Some((_, content)) = small {
+            if content.len() as u64 != size || size > SMALL_COPY_MAX {
+                return Err((
+                    ErrorCode::Invalid,
+                    format!(
+                        "size report of handle {handle}: {} bytes of content for a size of {size} \
+                         (at most {SMALL_COPY_MAX})",
+                        content.len()
+                    ),
+                ));
+            }
+        }
+        self.write(|tx| {
+            let mut i = tx.get(handle)?;
+            let keep = small.filter(|&(base, _)| {
+                i.attr.kind == FileKind::File
+                    && i.attr.version == base
+                    && i.attr.size <= size
+                    && FilePolicies::from_settings(&i.policies).store == StoreKind::Blocks
+            });
+            changed(&mut i, size);
+            tx.put(&i)?;
+            tx.set_small(handle, keep.map(|(_, content)| (i.attr.version, content)))?;
+            Ok(Response::Attr(i.attr))
         })
     }
 
@@ -780,6 +861,7 @@ impl Mds {
             Request::LookupPolicy { parent, name } => self.read(|tx| {
                 let i = lookup(tx, parent, &name)?;
                 Ok(Response::AttrPolicies {
+                    content: tx.small(&i)?,
                     attr: i.attr,
                     policies: i.policies,
                 })
@@ -1047,6 +1129,7 @@ impl Mds {
             Request::GetAttrPolicy { handle } => self.read(|tx| {
                 let i = tx.get(handle)?;
                 Ok(Response::AttrPolicies {
+                    content: tx.small(&i)?,
                     attr: i.attr,
                     policies: i.policies,
                 })
@@ -1098,12 +1181,7 @@ impl Mds {
                 tx.put(&i)?;
                 Ok(Response::Ok)
             }),
-            Request::Written { handle, size } => self.write(|tx| {
-                let mut i = tx.get(handle)?;
-                changed(&mut i, size);
-                tx.put(&i)?;
-                Ok(Response::Attr(i.attr))
-            }),
+            Request::Written { handle, size } => self.written(handle, size, None),
             Request::Servers => Ok(Response::Servers(self.iods.clone())),
             Request::Hashes {
                 handle, from, count, ..
@@ -1623,6 +1701,11 @@ impl Handler for MdsHandler {
                 self.2.called_back(node, id);
                 Response::Ok
             }
+            Request::WrittenSmall { handle, size, base } => {
+                let (resp, calls) = self.leased(from, None, |m| m.written(handle, size, Some((base, &data))));
+                self.forget(calls).await;
+                resp
+            }
             Request::SetXattr { handle, name, flags } => {
                 let (resp, calls) = self.leased(from, None, |m| m.set_xattr(handle, name, flags, &data));
                 self.forget(calls).await;
@@ -2007,6 +2090,66 @@ mod tests {
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
+    fn content_of(m: &Mds, name: &str) -> Option<Vec<u8>> {
+        match m.op(Request::LookupPolicy {
+            parent: ROOT,
+            name: name.as_bytes().to_vec(),
+        }) {
+            Ok(Response::AttrPolicies { content, .. }) => content,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A size report with the file's content keeps it (data on metadata)
+    /// only from a node whose blocks were current: the file still at the
+    /// base version it names, and no longer than the content. The copy is
+    /// given with the attributes only while the file stays at the version
+    /// it was kept at, is stored with the inode (a sync makes both
+    /// durable) and goes with the file.
+    #[test]
+    fn a_small_files_copy_is_kept_only_from_current_blocks_and_given_while_current() {
+        let cfg = config("small");
+        let m = Mds::open(&cfg).unwrap();
+        let a = create(&m, "a");
+        let (_, v0) = size_of(&m, a);
+        assert_eq!(content_of(&m, "a"), None, "an empty file");
+        // Another node's report came first: the base is old.
+        m.op(Request::Written { handle: a, size: 2 }).unwrap();
+        m.written(a, 3, Some((v0, b"abc"))).unwrap();
+        assert_eq!(size_of(&m, a), (3, v0 + 2));
+        assert_eq!(content_of(&m, "a"), None, "kept from stale blocks");
+        m.written(a, 3, Some((v0 + 2, b"xyz"))).unwrap();
+        assert_eq!(content_of(&m, "a"), Some(b"xyz".to_vec()));
+        // Content that is not the size is refused, and changes nothing.
+        assert!(m.written(a, 4, Some((v0 + 3, b"xyz"))).is_err());
+        assert_eq!(size_of(&m, a), (3, v0 + 3));
+        // Shorter than the file: not the whole content.
+        m.written(a, 2, Some((v0 + 3, b"xy"))).unwrap();
+        assert_eq!(content_of(&m, "a"), None, "kept a copy shorter than the file");
+        m.written(a, 3, Some((v0 + 4, b"123"))).unwrap();
+        m.op(Request::Sync).unwrap();
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(content_of(&m, "a"), Some(b"123".to_vec()), "lost at a restart");
+        // Any later change (a truncate to the same size too) stales it.
+        let set = SetAttr {
+            size: Some(3),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr { handle: a, set }).unwrap();
+        assert_eq!(content_of(&m, "a"), None, "given after a truncate");
+        m.written(a, 3, Some((v0 + 6, b"456"))).unwrap();
+        assert_eq!(content_of(&m, "a"), Some(b"456".to_vec()));
+        m.op(Request::Unlink {
+            parent: ROOT,
+            name: b"a".to_vec(),
+            keep_open: false,
+        })
+        .unwrap();
+        let left = m.read(|tx| tx.tx.open_table(SMALL).map_err(db_err)?.len().map_err(db_err));
+        assert_eq!(left.unwrap(), 0, "the copy outlived its file");
+    }
+
     /// A new file is at its first version; a truncate moves it on even to
     /// the size the file has (the node cut or made its parts at the data
     /// servers, so a removal must ask them), and a change of mode does not.
@@ -2123,7 +2266,7 @@ mod tests {
         .unwrap();
         m.op(Request::Written { handle: a, size: 5000 }).unwrap();
         let (attr, policies) = match m.op(Request::GetAttrPolicy { handle: a }) {
-            Ok(Response::AttrPolicies { attr, policies }) => (attr, policies),
+            Ok(Response::AttrPolicies { attr, policies, .. }) => (attr, policies),
             other => panic!("{other:?}"),
         };
         match m.op(Request::GetAttr { handle: a }) {
@@ -2145,7 +2288,9 @@ mod tests {
             parent: ROOT,
             name: b"a".to_vec(),
         }) {
-            Ok(Response::AttrPolicies { attr: got, policies: p }) => assert_eq!((got, p), (attr, policies)),
+            Ok(Response::AttrPolicies {
+                attr: got, policies: p, ..
+            }) => assert_eq!((got, p), (attr, policies)),
             other => panic!("{other:?}"),
         }
         assert!(m
