@@ -70,6 +70,14 @@ impl IodConfig {
 /// Block size of a data server's cache.
 pub const IOD_BLOCK: u32 = 64 << 10;
 
+/// Rounds of writing down and syncing before a checkpoint holds writes,
+/// at most; a round after the first starts only while more than
+/// [`PRE_CHECKPOINT_LEFT`] bytes are dirty, and its writing down waits at most
+/// [`PRE_CHECKPOINT_FLUSH`].
+const PRE_CHECKPOINT_ROUNDS: usize = 3;
+const PRE_CHECKPOINT_LEFT: usize = 4 << 20;
+const PRE_CHECKPOINT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The largest part removed on the thread that handles the request; a
 /// larger one (whose unlink frees many extents) on a blocking thread.
 const REMOVE_IN_PLACE_MAX: u64 = 1 << 20;
@@ -306,7 +314,12 @@ impl Iod {
         }
     }
 
+    /// Writes every dirty block down, syncs the files written since the last
+    /// checkpoint and empties the log. The bulk of the writing down and
+    /// syncing is done first while writes go on ([`Iod::pre_checkpoint`]);
+    /// writes are held only for what came in meanwhile.
     async fn checkpoint(&self) -> io::Result<()> {
+        self.pre_checkpoint().await;
         let _g = self.gate.write().await;
         self.cache.flush_all().await.map_err(|e| io::Error::other(e.message))?;
         let touched: Vec<u64> = self.below.touched.lock().drain().collect();
@@ -322,6 +335,33 @@ impl Iod {
             .await
             .map_err(io::Error::other)??;
         self.log.compact(Vec::new()).await
+    }
+
+    /// Before a checkpoint holds writes: writes the dirty blocks down and
+    /// syncs the files written so far, while writes go on, in rounds until
+    /// little is left (at most [`PRE_CHECKPOINT_ROUNDS`]). Only a head
+    /// start: the checkpoint itself still writes down and syncs everything
+    /// under the gate, so a failure here (logged) changes nothing.
+    async fn pre_checkpoint(&self) {
+        for round in 0..PRE_CHECKPOINT_ROUNDS {
+            // The first round syncs what the write policy wrote down before.
+            if round > 0 && self.cache.dirty_buffers() * (IOD_BLOCK as usize) < PRE_CHECKPOINT_LEFT {
+                return;
+            }
+            // Bounded: writers may keep the cache from ever being clean.
+            if let Ok(Err(e)) = tokio::time::timeout(PRE_CHECKPOINT_FLUSH, self.cache.flush_all()).await {
+                tracing::warn!("writing down before a checkpoint: {}", e.message);
+                return;
+            }
+            let touched: Vec<u64> = self.below.touched.lock().iter().copied().collect();
+            if let Err(e) = self
+                .blocking(move |s| touched.into_iter().try_for_each(|h| s.sync(h)))
+                .await
+            {
+                tracing::warn!("syncing before a checkpoint: {e}");
+                return;
+            }
+        }
     }
 
     /// Whether the disk is short of space for what the log holds: its
