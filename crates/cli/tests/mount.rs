@@ -1899,3 +1899,45 @@ fn a_small_file_is_read_on_another_node_with_its_data_servers_stopped() {
     );
     finish(base, cluster, a, b);
 }
+
+/// A node creating files in a directory learns its names under a lease on
+/// them, and answers the lookup before each create itself; every name
+/// another node adds there (a create, a rename into it, a link, `parcache
+/// cp` from a client with no leases) is still found at once, and a name
+/// it adds itself too.
+#[test]
+fn a_directorys_names_known_under_a_lease_miss_no_other_nodes_name() {
+    let (base, cluster, a, b) = two_nodes("dir-names", "2");
+    let d = cluster.0.to_str().unwrap();
+    std::fs::create_dir(a.p("d")).unwrap();
+    std::fs::write(b.p("elsewhere"), b"x").unwrap();
+    // a looks up names that are not there and creates them: it watches d.
+    for i in 0..50 {
+        let p = a.p(&format!("d/a{i}"));
+        assert_eq!(std::fs::metadata(&p).unwrap_err().kind(), ErrorKind::NotFound);
+        std::fs::write(&p, b"a").unwrap();
+    }
+    let seen = |name: &str| std::fs::metadata(a.p(&format!("d/{name}"))).is_ok();
+    assert!(seen("a7") && !seen("nothing"));
+    std::fs::write(b.p("d/by-b"), b"b").unwrap();
+    assert!(seen("by-b"), "a create on b");
+    std::fs::rename(b.p("elsewhere"), b.p("d/moved")).unwrap();
+    assert!(seen("moved"), "a rename into the directory on b");
+    std::fs::hard_link(b.p("d/by-b"), b.p("d/linked")).unwrap();
+    assert!(seen("linked"), "a link on b");
+    std::fs::create_dir(b.p("d/sub")).unwrap();
+    assert!(seen("sub"), "a mkdir on b");
+    let src = base.join("src");
+    std::fs::write(&src, b"from outside the mounts").unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", d, src.to_str().unwrap(), "pc:/d/copied"]);
+    assert!(ok, "{err}");
+    assert!(seen("copied"), "parcache cp");
+    // a's own names, and one removed and made again on b.
+    std::fs::write(a.p("d/mine"), b"m").unwrap();
+    assert!(seen("mine"));
+    std::fs::remove_file(b.p("d/a3")).unwrap();
+    assert!(!seen("a3"));
+    std::fs::write(b.p("d/a3"), b"again").unwrap();
+    assert_eq!(std::fs::read(a.p("d/a3")).unwrap(), b"again");
+    finish(base, cluster, a, b);
+}

@@ -208,6 +208,33 @@ impl Fs {
         }
     }
 
+    /// Takes a lease on directory `dir`'s names (a mount only: every other
+    /// node's change of them calls this node back first), then lists them;
+    /// `None` if the directory holds more than `most` names (not worth
+    /// keeping). Names this node adds meanwhile may be missing: the caller
+    /// keeps track of those.
+    pub async fn watch_dir(&self, dir: u64, most: usize) -> Result<Option<Vec<Vec<u8>>>> {
+        let what = format!("directory {}", self.what(dir));
+        self.md_attr(&what, Request::WatchDir { dir }).await?;
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let after = names.last().cloned();
+            match self.md(&what, Request::ReadDir { handle: dir, after }).await? {
+                Response::Entries { entries, more } => {
+                    let progressed = !entries.is_empty();
+                    names.extend(entries.into_iter().map(|e| e.name));
+                    if names.len() > most {
+                        return Ok(None);
+                    }
+                    if !more || !progressed {
+                        return Ok(Some(names));
+                    }
+                }
+                other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+            }
+        }
+    }
+
     /// Removes a name. A file open on this node keeps its data until the
     /// last open here ends (POSIX), as an orphan at the metadata server.
     pub async fn unlink_at(&self, parent: u64, name: &[u8]) -> Result<()> {

@@ -18,9 +18,10 @@ use fuser::Notifier;
 use parcache_client::{Attr, FileKind, Fs};
 use parcache_core::consistency::leases::LEASE;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -52,7 +53,32 @@ struct Held {
     /// Lookups' answers kept for the open that usually follows
     /// ([`KernelLeases::take_looked`]).
     looked: HashMap<u64, Looked>,
+    /// Directories whose names this node knows under a lease on them
+    /// (`WatchDir`): a name not among them is absent.
+    dirs: HashMap<u64, KnownNames>,
+    /// Directories being listed after their `WatchDir`: the names this
+    /// node added to each meanwhile.
+    watching: HashMap<u64, HashSet<Vec<u8>>>,
+    /// Names this node is adding (its request in flight), per directory.
+    adding: HashMap<u64, HashMap<Vec<u8>, u32>>,
+    /// When each directory was last watched: not again within half a lease.
+    tried: HashMap<u64, Instant>,
 }
+
+/// A directory's names as this node knows them, and until when.
+struct KnownNames {
+    names: HashSet<Vec<u8>>,
+    until: Instant,
+}
+
+/// Directories whose names are kept at most; more start the table again.
+const MAX_DIRS: usize = 64;
+/// Names a directory may have for this node to keep them (its listing is
+/// fetched at each lease).
+pub(crate) const WATCH_MOST: usize = 16_384;
+/// Names kept of one directory at most, with those this node added: past
+/// it, its lookups ask the server again.
+const MAX_KNOWN: usize = 65_536;
 
 /// Most lookups' answers kept for opens; more (a walk that opens
 /// nothing) start the table again.
@@ -163,10 +189,12 @@ impl KernelLeases {
             match handle {
                 Some(h) => {
                     held.looked.remove(&h);
+                    held.dirs.remove(&h);
                     vec![(h, held.names.remove(&h).unwrap_or_default())]
                 }
                 None => {
                     held.looked.clear();
+                    held.dirs.clear();
                     held.names.drain().collect()
                 }
             }
@@ -183,12 +211,128 @@ impl KernelLeases {
         }
     }
 
+    /// Whether `name` is absent from directory `dir`: this node holds a
+    /// lease on the directory's names and knows every one (a create's
+    /// lookup is then answered without a request).
+    pub(crate) fn absent(&self, dir: u64, name: &[u8]) -> bool {
+        let held = self.held.lock();
+        held.dirs
+            .get(&dir)
+            .is_some_and(|k| Instant::now() < k.until && !k.names.contains(name))
+    }
+
+    /// This node is about to add `name` to `dir` (create, mkdir, mknod,
+    /// symlink, link, rename): from now on the name may exist. The guard
+    /// marks the request ended when dropped.
+    pub(crate) fn adding(self: &Arc<Self>, dir: u64, name: &[u8]) -> Adding {
+        let mut held = self.held.lock();
+        if let Some(k) = held.dirs.get_mut(&dir) {
+            k.names.insert(name.to_vec());
+            if k.names.len() > MAX_KNOWN {
+                held.dirs.remove(&dir);
+            }
+        }
+        if let Some(w) = held.watching.get_mut(&dir) {
+            w.insert(name.to_vec());
+        }
+        *held.adding.entry(dir).or_default().entry(name.to_vec()).or_default() += 1;
+        Adding {
+            leases: self.clone(),
+            dir,
+            name: name.to_vec(),
+        }
+    }
+
+    /// Starts watching `dir`'s names (a lookup there found nothing) unless
+    /// they are known, being listed, or were tried within half a lease:
+    /// the ticket to learn them with ([`KernelLeases::learn_names`]).
+    /// `leasing`: the node holds leases at all.
+    pub(crate) fn start_watch(&self, dir: u64, leasing: bool) -> Option<Ticket> {
+        if !leasing {
+            return None;
+        }
+        let mut held = self.held.lock();
+        let now = Instant::now();
+        let known = held.dirs.get(&dir).is_some_and(|k| now < k.until);
+        let recent = held
+            .tried
+            .get(&dir)
+            .is_some_and(|&t| now.duration_since(t) < Duration::from_nanos(LEASE.0 / 2));
+        if known || recent || held.watching.contains_key(&dir) {
+            return None;
+        }
+        if held.tried.len() >= MAX_DIRS {
+            held.tried.clear();
+        }
+        held.tried.insert(dir, now);
+        held.watching.insert(dir, HashSet::new());
+        Some(Ticket {
+            forgotten: held.forgotten,
+            at: now,
+            leased: true,
+        })
+    }
+
+    /// The listing of `dir` after its `WatchDir` (`None`: it failed or
+    /// the directory is too big). Kept only if no lease of this node was
+    /// called back since the ticket; with every name this node added
+    /// meanwhile or is adding (a request the server may answer after the
+    /// listing).
+    pub(crate) fn learn_names(&self, dir: u64, t: Ticket, listing: Option<Vec<Vec<u8>>>) {
+        let mut held = self.held.lock();
+        let added = held.watching.remove(&dir).unwrap_or_default();
+        let Some(listing) = listing else {
+            return;
+        };
+        if held.forgotten != t.forgotten {
+            return;
+        }
+        let mut names: HashSet<Vec<u8>> = listing.into_iter().collect();
+        names.extend(added);
+        if let Some(a) = held.adding.get(&dir) {
+            names.extend(a.keys().cloned());
+        }
+        if held.dirs.len() >= MAX_DIRS {
+            held.dirs.clear();
+        }
+        let until = t.at + Duration::from_nanos(LEASE.0).saturating_sub(MARGIN);
+        held.dirs.insert(dir, KnownNames { names, until });
+    }
+
     /// The kernel dropped the inode (`FORGET`): its names need no
     /// forgetting any more.
     pub(crate) fn dropped(&self, ino: u64) {
         let mut held = self.held.lock();
         held.names.remove(&ino);
         held.looked.remove(&ino);
+    }
+}
+
+/// A name this node is adding to a directory; dropped when the request
+/// ended (answered or failed).
+pub(crate) struct Adding {
+    leases: Arc<KernelLeases>,
+    dir: u64,
+    name: Vec<u8>,
+}
+
+impl Drop for Adding {
+    fn drop(&mut self) {
+        let mut held = self.leases.held.lock();
+        if let Some(w) = held.watching.get_mut(&self.dir) {
+            w.insert(self.name.clone());
+        }
+        if let Some(a) = held.adding.get_mut(&self.dir) {
+            if let Some(n) = a.get_mut(&self.name) {
+                *n -= 1;
+                if *n == 0 {
+                    a.remove(&self.name);
+                }
+            }
+            if a.is_empty() {
+                held.adding.remove(&self.dir);
+            }
+        }
     }
 }
 
@@ -242,6 +386,45 @@ mod tests {
         );
         l.forget(None);
         assert!(l.held.lock().names.is_empty());
+    }
+
+    /// A directory's names are known from its listing, with every name
+    /// this node added or is adding around it (a request the server may
+    /// answer after the listing); a callback during the listing, or of the
+    /// directory after, leaves them unknown (every lookup asks).
+    #[test]
+    fn a_directorys_names_include_this_nodes_adds_around_the_listing() {
+        let l = Arc::new(KernelLeases::default());
+        assert!(!l.absent(1, b"x"), "unknown directory");
+        // In flight before the watch, answered after the listing.
+        let early = l.adding(1, b"early");
+        let t = l.start_watch(1, true).unwrap();
+        assert!(l.start_watch(1, true).is_none(), "watched twice");
+        // Sent after the watch began: answered before and after the listing.
+        drop(l.adding(1, b"during"));
+        let late = l.adding(1, b"late");
+        l.learn_names(1, t, Some(vec![b"listed".to_vec()]));
+        drop(early);
+        for name in [&b"listed"[..], b"early", b"during", b"late"] {
+            assert!(!l.absent(1, name), "{}", String::from_utf8_lossy(name));
+        }
+        assert!(l.absent(1, b"other"));
+        drop(late);
+        drop(l.adding(1, b"after"));
+        assert!(!l.absent(1, b"after"));
+        l.forget(Some(1));
+        assert!(!l.absent(1, b"other"), "called back");
+
+        // A callback (of any file) during the listing: not kept.
+        let t = l.start_watch(2, true).unwrap();
+        l.forget(Some(99));
+        l.learn_names(2, t, Some(vec![]));
+        assert!(!l.absent(2, b"other"));
+        assert!(l.start_watch(2, true).is_none(), "tried again at once");
+        assert!(l.start_watch(3, false).is_none(), "a node without leases");
+        let t = l.start_watch(4, true).unwrap();
+        l.learn_names(4, t, None);
+        assert!(!l.absent(4, b"other"), "a directory too big");
     }
 
     /// An open takes a lookup's answer only while nothing may have

@@ -265,6 +265,26 @@ impl Mount {
     }
 }
 
+/// Starts learning directory `dir`'s names under a lease on them, in the
+/// background (unless they are known or were tried lately), so that the
+/// lookups of names not there (each create's) need no request.
+fn watch_names(fs: &Arc<Fs>, leases: &Arc<KernelLeases>, dir: u64) {
+    let Some(t) = leases.start_watch(dir, fs.leasing()) else {
+        return;
+    };
+    let (fs, leases) = (fs.clone(), leases.clone());
+    tokio::spawn(async move {
+        let listing = match fs.watch_dir(dir, leases::WATCH_MOST).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!("watching the names of directory {dir}: {e}");
+                None
+            }
+        };
+        leases.learn_names(dir, t, listing);
+    });
+}
+
 /// Reads and writes of at most this many bytes (one node cache block)
 /// are answered on the thread that read them when they need not wait
 /// ([`Mount::run`]); larger ones on the runtime's.
@@ -435,6 +455,12 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        if name.len() <= parcache_client::NAME_MAX && self.leases.absent(parent, &name) {
+            // This node holds a lease on the directory's names and knows
+            // them all: a create's lookup costs no request. (A name too
+            // long is the server's to refuse.)
+            return reply.error(ENOENT);
+        }
         let rec = self.recorder.clone();
         // Taken before the lookup is sent: the open that usually follows
         // may take its answer ([`KernelLeases::take_looked`]).
@@ -444,7 +470,12 @@ impl Filesystem for Mount {
             parent,
             name.clone(),
             async move {
-                let (a, policies) = fs.lookup_with_policies(parent, &name).await?;
+                let found = fs.lookup_with_policies(parent, &name).await;
+                if found.as_ref().is_err_and(|e| errno(e) == ENOENT) {
+                    // Names are being made here, most likely.
+                    watch_names(&fs, &leases, parent);
+                }
+                let (a, policies) = found?;
                 if let Some(r) = rec {
                     r.learn(parent, &name, a.handle);
                 }
@@ -534,10 +565,12 @@ impl Filesystem for Mount {
         };
         let (uid, gid) = (req.uid(), req.gid());
         let rec = self.recorder.clone();
+        let adding = self.leases.adding(parent, &name);
         self.entry(
             parent,
             name.clone(),
             async move {
+                let _adding = adding;
                 let a = owned(&fs, fs.mkdir_at(parent, &name, mode & !umask).await?, uid, gid).await?;
                 if let Some(r) = rec {
                     r.learn(parent, &name, a.handle);
@@ -600,7 +633,9 @@ impl Filesystem for Mount {
             _ => return reply.error(22),
         };
         let rec = self.recorder.clone();
+        let adding = self.leases.adding(newparent, &newname);
         self.run(async move {
+            let _adding = adding;
             if flags & RENAME_NOREPLACE != 0 && fs.lookup(newparent, &newname).await.is_ok() {
                 return reply.error(17);
             }
@@ -675,7 +710,9 @@ impl Filesystem for Mount {
         let created_in = self.created_in.clone();
         let generation = created_in.lock().generation;
         let (leases, t) = self.ticket();
+        let adding = leases.adding(parent, &name);
         self.run(async move {
+            let _adding = adding;
             let entry = name.clone();
             let r = async {
                 let (a, dir) = fs.create_in(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
@@ -924,10 +961,12 @@ impl Filesystem for Mount {
         };
         let (uid, gid) = (req.uid(), req.gid());
         let perm = mode & !umask & 0o7777;
+        let adding = self.leases.adding(parent, &name);
         self.entry(
             parent,
             name.clone(),
             async move {
+                let _adding = adding;
                 let a = match special(mode) {
                     Some(k) => fs.mknod_at(parent, &name, perm, k, rdev).await?,
                     None => fs.create_at(parent, &name, perm, true).await?,
@@ -1090,10 +1129,14 @@ impl Filesystem for Mount {
             Err(e) => return reply.error(e),
         };
         let (uid, gid) = (req.uid(), req.gid());
+        let adding = self.leases.adding(parent, &name);
         self.entry(
             parent,
             name.clone(),
-            async move { owned(&fs, fs.symlink_at(parent, &name, &target).await?, uid, gid).await },
+            async move {
+                let _adding = adding;
+                owned(&fs, fs.symlink_at(parent, &name, &target).await?, uid, gid).await
+            },
             reply,
         );
     }
@@ -1115,10 +1158,14 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        let adding = self.leases.adding(newparent, &name);
         self.entry(
             newparent,
             name.clone(),
-            async move { fs.link_at(ino, newparent, &name).await },
+            async move {
+                let _adding = adding;
+                fs.link_at(ino, newparent, &name).await
+            },
             reply,
         );
     }
@@ -1262,6 +1309,7 @@ impl Filesystem for Mount {
 pub const XATTR_PREFIX: &str = "user.parcache.";
 
 const ENOTSUP: i32 = 95;
+const ENOENT: i32 = 2;
 const ENODATA: i32 = 61;
 
 /// An extended attribute's name, if it is one this mount stores (text).

@@ -200,6 +200,14 @@ pub enum Request {
     GetAttrPolicy {
         handle: Handle,
     },
+    /// A mount (a request made `As` a node) takes a lease on the names of
+    /// directory `dir`: until it runs out, any other node's change of
+    /// them (a name added, removed or renamed) calls it back first. The
+    /// node lists the directory after this answer (`Attr`), so it knows
+    /// which names are absent without asking (a create's lookup).
+    WatchDir {
+        dir: Handle,
+    },
     /// A client wrote up to `size` bytes and changed the content.
     Written {
         handle: Handle,
@@ -830,6 +838,7 @@ impl Request {
                 | LookupPolicy { .. }
                 | GetAttr { .. }
                 | GetAttrPolicy { .. }
+                | WatchDir { .. }
                 | GetPolicy { .. }
                 | ReadDir { .. }
                 | GetXattr { .. }
@@ -865,6 +874,7 @@ impl Request {
                 | StatFs
                 | GetPolicy { .. }
                 | GetAttrPolicy { .. }
+                | WatchDir { .. }
                 | Servers
                 | Written { .. }
                 // Again after a first that was done: the base is old, so

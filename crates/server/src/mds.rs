@@ -1701,6 +1701,22 @@ impl Handler for MdsHandler {
                 self.2.called_back(node, id);
                 Response::Ok
             }
+            Request::WatchDir { dir } => match from {
+                None => Response::error(
+                    ErrorCode::BadRequest,
+                    "a lease on a directory's names is for a node (a request made As one)",
+                ),
+                Some(node) => match self.0.read(|tx| tx.dir(dir)) {
+                    Ok(i) => {
+                        // Granted after any change before it (which the
+                        // node's listing after this answer shows); every
+                        // change after it calls the node back.
+                        self.5.lock().grant(self.2.now(), node, dir);
+                        Response::Attr(i.attr)
+                    }
+                    Err((code, msg)) => Response::error(code, msg),
+                },
+            },
             Request::WrittenSmall { handle, size, base } => {
                 let (resp, calls) = self.leased(from, None, |m| m.written(handle, size, Some((base, &data))));
                 self.forget(calls).await;
