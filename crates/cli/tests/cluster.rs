@@ -587,3 +587,50 @@ async fn a_small_files_content_comes_with_its_attributes_while_current() {
         fs.shutdown().await.unwrap();
     }
 }
+
+/// Requests of the ninth session's kinds that are wrong are refused, and
+/// say why: a lease on a directory's names for a client that is no node,
+/// or on a file; a size report whose content is not the size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_watch_and_small_report_requests_are_refused_with_a_reason() {
+    use parcache_proto::{Client, ErrorCode, Request, Response, Secret};
+    let c = Cluster::up("bad-requests", 1);
+    let fs = c.fs().await;
+    let f = fs.create("/f", 0o644, true).await.unwrap();
+    fs.close(&f, true).await.unwrap();
+    let secret = Secret::load(&c.dir.join("secret")).unwrap();
+    let conn = Client::connect(c.info()["mds"].as_str().unwrap(), &secret)
+        .await
+        .unwrap();
+    let refused = |r: Response, code: ErrorCode, says: &str| match r {
+        Response::Error(e) => {
+            assert_eq!(e.code, code, "{}", e.message);
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        other => panic!("accepted: {other:?}"),
+    };
+    let root = Request::WatchDir {
+        dir: parcache_proto::ROOT,
+    };
+    let (r, _) = conn.call(&root, &[]).await.unwrap();
+    refused(r, ErrorCode::BadRequest, "node");
+    let watch_file = Request::As {
+        node: 7,
+        req: Box::new(Request::WatchDir { dir: f.handle }),
+    };
+    let (r, _) = conn.call(&watch_file, &[]).await.unwrap();
+    refused(r, ErrorCode::NotDir, "not a directory");
+    let report = Request::WrittenSmall {
+        handle: f.handle,
+        size: 10,
+        base: f.version,
+    };
+    let (r, _) = conn.call(&report, b"short").await.unwrap();
+    refused(r, ErrorCode::Invalid, "5 bytes of content for a size of 10");
+    assert_eq!(
+        fs.getattr(f.handle).await.unwrap().size,
+        0,
+        "the refused report changed the file"
+    );
+    fs.shutdown().await.unwrap();
+}
