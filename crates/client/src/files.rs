@@ -624,10 +624,7 @@ impl Fs {
         let attr = match self.small_copy(handle, size) {
             Some((base, copy)) => {
                 let req = Request::WrittenSmall { handle, size, base };
-                match self.md_with(&what, req, &copy).await? {
-                    Response::Attr(a) => a,
-                    other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
-                }
+                self.md_attr_with(&what, req, &copy).await?
             }
             None => self.md_attr(&what, Request::Written { handle, size }).await?,
         };

@@ -296,7 +296,12 @@ impl Fs {
     }
 
     async fn md_attr(&self, path: &str, req: Request) -> Result<Attr> {
-        match self.md(path, req).await? {
+        self.md_attr_with(path, req, &[]).await
+    }
+
+    /// [`Fs::md_attr`] with a payload.
+    async fn md_attr_with(&self, path: &str, req: Request, data: &[u8]) -> Result<Attr> {
+        match self.md_with(path, req, data).await? {
             Response::Attr(a) => Ok(a),
             other => Err(FsError::Protocol(format!("{path}: unexpected reply {other:?}"))),
         }
