@@ -1741,25 +1741,11 @@ fn a_directory_after_a_create_is_stated_as_the_server_has_it() {
 /// needs the server waits until SIGCONT). Tried three times, as a loaded
 /// machine may let the root directory's one-second attributes run out.
 fn stat_while_stopped(mds_pid: u64, path: &Path, budget: Duration) -> Option<std::fs::Metadata> {
-    for _ in 0..3 {
+    (0..3).find_map(|_| {
         let _ = std::fs::metadata(path);
-        let sig = |s: &str| Command::new("kill").args([s, &mds_pid.to_string()]).status().unwrap();
-        sig("-STOP");
-        let (tx, rx) = std::sync::mpsc::channel();
         let p = path.to_path_buf();
-        std::thread::spawn(move || {
-            let _ = tx.send(std::fs::metadata(p));
-        });
-        let got = rx.recv_timeout(budget);
-        sig("-CONT");
-        match got {
-            Ok(m) => return Some(m.unwrap()),
-            Err(_) => {
-                let _ = rx.recv();
-            }
-        }
-    }
-    None
+        while_stopped(&[mds_pid], budget, move || std::fs::metadata(p))
+    })
 }
 
 /// A file's attributes and name are kept by each mount's kernel under a
@@ -1833,9 +1819,14 @@ fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// Reads `path` on another thread while processes `pids` are stopped
-/// (SIGSTOP): the bytes if the read returned within `budget`.
-fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec<u8>> {
+/// Runs `op` on another thread while processes `pids` are stopped
+/// (SIGSTOP): its result if it returned within `budget` (otherwise it is
+/// waited for after SIGCONT, and `None`).
+fn while_stopped<T: Send + 'static>(
+    pids: &[u64],
+    budget: Duration,
+    op: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Option<T> {
     let sig = |s: &str| {
         for p in pids {
             Command::new("kill").args([s, &p.to_string()]).status().unwrap();
@@ -1843,9 +1834,8 @@ fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec
     };
     sig("-STOP");
     let (tx, rx) = std::sync::mpsc::channel();
-    let p = path.to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(std::fs::read(p));
+        let _ = tx.send(op());
     });
     let got = rx.recv_timeout(budget);
     sig("-CONT");
@@ -1856,6 +1846,13 @@ fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec
             None
         }
     }
+}
+
+/// Reads `path` while processes `pids` are stopped: the bytes if the read
+/// returned within `budget`.
+fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec<u8>> {
+    let p = path.to_path_buf();
+    while_stopped(pids, budget, move || std::fs::read(p))
 }
 
 /// Data on metadata through the mount: a small file written and closed on
