@@ -34,6 +34,18 @@ use tokio::time::Instant;
 /// (DESIGN.md §3), so a few are enough to keep a sequential reader ahead.
 const PREFETCH_DEPTH: usize = 4;
 
+/// What [`Driver::place_clean`] did with a block written around the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// The cache holds it now, clean.
+    Cached,
+    /// No buffer was free or clean: the cache holds nothing of it.
+    NoRoom,
+    /// The cache has dirty bytes of it, or I/O or an access in progress on
+    /// it, so the write must go through the cache after all.
+    Busy,
+}
+
 #[derive(Debug, Error)]
 pub enum DriverError {
     #[error(transparent)]
@@ -189,6 +201,38 @@ impl<B: Below> Driver<B> {
     /// overtaken by) bytes only the cache has.
     pub fn holds(&self, key: BlockKey) -> bool {
         self.shared.lock().cache.has_say(key)
+    }
+
+    /// Whether a write of the whole block `key` may go around the cache:
+    /// the cache has no dirty byte of it and nothing in progress on it.
+    pub fn clean_or_absent(&self, key: BlockKey) -> bool {
+        self.shared.lock().cache.clean_or_absent(key)
+    }
+
+    /// Puts `data`, the whole block `key` just written around the cache,
+    /// here as its clean copy: over a clean idle copy, or in a free or
+    /// clean buffer. See [`Placed`].
+    pub fn place_clean(&self, key: BlockKey, data: &[u8]) -> Placed {
+        let sh = &*self.shared;
+        let mut st = sh.lock();
+        let now = sh.now();
+        if !st.cache.clean_or_absent(key) {
+            return Placed::Busy;
+        }
+        // A clean idle copy, whole or not, gives way to the new one.
+        if st.cache.contains(key) && !st.cache.discard_clean_block(now, key) {
+            return Placed::Busy;
+        }
+        let Some(b) = st.cache.adopt(now, key) else {
+            Shared::drive(&self.shared, &mut st);
+            return Placed::NoRoom;
+        };
+        let mem = st.mem(b, sh.block_size);
+        let n = data.len().min(mem.len());
+        mem[..n].copy_from_slice(&data[..n]);
+        mem[n..].fill(0);
+        Shared::drive(&self.shared, &mut st);
+        Placed::Cached
     }
 
     /// Takes in a whole, clean block from outside (a peer's forwarded last

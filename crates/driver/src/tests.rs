@@ -368,3 +368,27 @@ fn regression_small_write_back() {
             .expect("no deadlock")
     });
 }
+
+/// A block written around the cache takes the place of a clean copy or
+/// becomes one; a dirty copy refuses it (the write must go through the
+/// cache), and a full cache of dirty blocks has no room for it.
+#[test]
+fn a_block_written_around_the_cache_replaces_only_a_clean_copy() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = simple(2, WritePolicyKind::WriteBack, &below);
+        let key = |i| BlockKey::new(7, i);
+        assert!(d.clean_or_absent(key(0)));
+        assert_eq!(d.place_clean(key(0), &[1u8; 64]), Placed::Cached);
+        assert_eq!(d.peek(key(0)).unwrap(), vec![1u8; 64]);
+        // A clean copy (whole or not) gives way to the new bytes.
+        assert_eq!(d.place_clean(key(0), &[2u8; 64]), Placed::Cached);
+        assert_eq!(d.peek(key(0)).unwrap(), vec![2u8; 64]);
+        d.write(7, 64 + 3, b"dirty").await.unwrap();
+        assert!(!d.clean_or_absent(key(1)));
+        assert_eq!(d.place_clean(key(1), &[3u8; 64]), Placed::Busy);
+        d.write(7, 0, b"x").await.unwrap();
+        assert_eq!(d.place_clean(key(2), &[4u8; 64]), Placed::NoRoom, "both buffers dirty");
+        assert!(below.file(7).is_empty(), "nothing went down");
+    });
+}

@@ -5,7 +5,9 @@
 //! power cut. A buffered write (`WriteBuffered`, what node caches send) is
 //! acknowledged once written to the log, before the fsync: it survives
 //! `kill -9` of the server, and a power cut once a `Sync` (a client's
-//! `fsync`) has returned. Its bytes then sit in the server's cache (the core's cache,
+//! `fsync`) has returned. A buffered write of whole blocks goes straight to
+//! the block store instead, with the same promises ([`crate::direct`]).
+//! A logged write's bytes then sit in the server's cache (the core's cache,
 //! run by `parcache-driver`): clean blocks there are the volatile LRU read
 //! cache, dirty ones the durable write cache (their bytes are in the log),
 //! whose write-back to the block store follows the server's write policy,
@@ -23,9 +25,10 @@
 //! the same directory is refused) and keeps its place in its cluster in
 //! `DIR/identity` (see [`ServerIdentity`]).
 
+use crate::direct::DirectWrites;
 use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
-use parcache_driver::{Below, BelowError, Driver};
+use parcache_driver::{Below, BelowError, Driver, Placed};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
 use parcache_store::{BlockStore, ChunkStore, Entry, FileMedia, GroupLog, Wal};
@@ -135,6 +138,10 @@ struct Iod {
     below: Arc<StoreBelow>,
     data_dir: PathBuf,
     log: GroupLog,
+    /// What the log holds since the last checkpoint, for direct writes.
+    direct: DirectWrites,
+    /// Held by a sync (see [`Iod::sync`]).
+    syncing: tokio::sync::Mutex<()>,
     /// Writes hold it shared between logging and caching; a checkpoint
     /// holds it exclusively, so everything logged is in the block store
     /// when it syncs.
@@ -201,9 +208,60 @@ impl Iod {
     }
 
     /// Logs a write (durably, or `buffered` until the next sync), then puts
-    /// its bytes in the write cache.
+    /// its bytes in the write cache; a buffered write of whole blocks the
+    /// log and the cache hold nothing of goes to the block store directly
+    /// ([`crate::direct`]).
     async fn write(&self, handle: u64, offset: u64, data: Bytes, buffered: bool) -> io::Result<()> {
         let _g = self.gate.read().await;
+        let len = data.len() as u64;
+        if buffered && DirectWrites::whole_blocks(offset, len, IOD_BLOCK) && self.may_place(handle, offset, len) {
+            return self.write_direct(handle, offset, data).await;
+        }
+        self.write_logged(handle, offset, data, buffered).await
+    }
+
+    /// Whether every block of the range may be written directly: nothing
+    /// of it in the log or dirty or busy in the cache, no cut of the part
+    /// below it in the log.
+    fn may_place(&self, handle: u64, offset: u64, len: u64) -> bool {
+        let b = IOD_BLOCK as u64;
+        (offset / b..(offset + len) / b).all(|k| {
+            self.direct.may_place(handle, k, IOD_BLOCK) && self.cache.clean_or_absent(BlockKey::new(handle, k))
+        })
+    }
+
+    /// Writes whole blocks straight to the block store, then checks each
+    /// again: a block that a concurrent logged write, fetch or cut reached
+    /// meanwhile is written through the log and the cache after all (this
+    /// write then comes last, in the log and the cache alike). Each other
+    /// block replaces the cache's clean copy, or becomes one (the read
+    /// cache). Called with the gate held.
+    async fn write_direct(&self, handle: u64, offset: u64, data: Bytes) -> io::Result<()> {
+        let len = data.len() as u64;
+        self.direct.placed(handle);
+        self.below.touched.lock().insert(handle);
+        // On a blocking thread: a page-cache write may wait for the disk
+        // (the kernel throttles writers of many dirty pages).
+        let d = data.clone();
+        self.blocking(move |s| s.write(handle, offset, &d)).await?;
+        self.grow(handle, offset + len).await?;
+        let b = IOD_BLOCK as usize;
+        for (i, piece) in data.chunks(b).enumerate() {
+            let k = offset / b as u64 + i as u64;
+            if self.direct.may_place(handle, k, IOD_BLOCK)
+                && self.cache.place_clean(BlockKey::new(handle, k), piece) != Placed::Busy
+            {
+                continue;
+            }
+            self.write_logged(handle, k * b as u64, data.slice(i * b..(i + 1) * b), true)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The log then the cache (see [`Iod::write`]). Called with the gate held.
+    async fn write_logged(&self, handle: u64, offset: u64, data: Bytes, buffered: bool) -> io::Result<()> {
+        self.direct.logging_write(handle, offset, data.len() as u64, IOD_BLOCK);
         let e = Entry::Write {
             handle,
             offset,
@@ -241,10 +299,40 @@ impl Iod {
         Ok(())
     }
 
+    /// Removes a part. On a full disk whose log cannot take the removal
+    /// (direct writes leave the log nearly empty, so nothing else frees
+    /// space), the part goes first, which frees its space, and the removal
+    /// is logged after: a crash between the two can bring back only logged
+    /// bytes of a part whose file is gone (space, never a file's data).
+    async fn remove(&self, handle: u64) -> io::Result<()> {
+        let e = Entry::Remove { handle };
+        match self.cut(e.clone()).await {
+            Err(err) if err.kind() == io::ErrorKind::StorageFull => {
+                tracing::warn!("write log: the disk is full; removing handle {handle} before logging it");
+                let _g = self.gate.read().await;
+                self.logging_cut(&e);
+                self.cut_logged(e.clone()).await?;
+                self.log.append_buffered(e).await
+            }
+            r => r,
+        }
+    }
+
+    /// Tells the account of direct writes of a truncate or removal about
+    /// to be logged (or replayed).
+    fn logging_cut(&self, e: &Entry) {
+        match *e {
+            Entry::Truncate { handle, len } => self.direct.logging_cut(handle, len),
+            Entry::Remove { handle } => self.direct.logging_cut(handle, 0),
+            _ => {}
+        }
+    }
+
     /// Truncates, removes or extends a part: the change is logged, then
     /// applied (see [`Iod::cut_logged`]).
     async fn cut(&self, entry: Entry) -> io::Result<()> {
         let _g = self.gate.read().await;
+        self.logging_cut(&entry);
         if let Entry::Remove { .. } = entry {
             // Like the metadata server's unlink, not durable until the
             // next sync: a crash that loses it leaves the part behind
@@ -304,13 +392,17 @@ impl Iod {
     async fn redo(&self, e: Entry) -> io::Result<()> {
         match e {
             Entry::Write { handle, offset, data } => {
+                self.direct.logging_write(handle, offset, data.len() as u64, IOD_BLOCK);
                 self.grow(handle, offset + data.len() as u64).await?;
                 self.cache
                     .write(handle, offset, &data)
                     .await
                     .map_err(|e| io::Error::other(e.to_string()))
             }
-            cut => self.cut_logged(cut).await,
+            cut => {
+                self.logging_cut(&cut);
+                self.cut_logged(cut).await
+            }
         }
     }
 
@@ -334,7 +426,39 @@ impl Iod {
         tokio::task::spawn_blocking(move || chunks.sync())
             .await
             .map_err(io::Error::other)??;
-        self.log.compact(Vec::new()).await
+        self.log.compact(Vec::new()).await?;
+        self.direct.checkpointed();
+        Ok(())
+    }
+
+    /// Makes every acknowledged write durable: the parts written directly
+    /// since the last sync (and the directory, for the parts they
+    /// created), then the log, then the chunk store. One sync at a time,
+    /// so a sync that finds nothing left to fsync does not return while
+    /// another still fsyncs parts written before it came.
+    async fn sync(&self) -> io::Result<()> {
+        let _one = self.syncing.lock().await;
+        let parts = self.direct.take_unsynced();
+        if !parts.is_empty() {
+            let todo = parts.clone();
+            let r = self
+                .blocking(move |s| {
+                    todo.into_iter().try_for_each(|h| s.sync(h))?;
+                    s.sync_dir()
+                })
+                .await;
+            if let Err(e) = r {
+                for h in parts {
+                    self.direct.placed(h);
+                }
+                return Err(e);
+            }
+        }
+        self.log.sync().await?;
+        let chunks = self.chunks.clone();
+        tokio::task::spawn_blocking(move || chunks.sync())
+            .await
+            .map_err(io::Error::other)?
     }
 
     /// Before a checkpoint holds writes: writes the dirty blocks down and
@@ -422,16 +546,9 @@ impl Handler for IodHandler {
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         let iod = &self.0;
         let resp = match req {
-            Request::Sync => match iod.log.sync().await {
-                Ok(()) => {
-                    let chunks = iod.chunks.clone();
-                    match tokio::task::spawn_blocking(move || chunks.sync()).await {
-                        Ok(Ok(())) => Response::Ok,
-                        Ok(Err(e)) => io_reply("syncing the chunk store", e),
-                        Err(e) => Response::error(ErrorCode::Io, format!("syncing the chunk store: {e}")),
-                    }
-                }
-                Err(e) => io_reply("syncing the write log", e),
+            Request::Sync => match iod.sync().await {
+                Ok(()) => Response::Ok,
+                Err(e) => io_reply("sync (parts written directly, write log, chunk store)", e),
             },
             Request::Write { handle, offset } | Request::WriteBuffered { handle, offset } => {
                 let buffered = matches!(req, Request::WriteBuffered { .. });
@@ -523,7 +640,7 @@ impl Handler for IodHandler {
                 Ok(()) => Response::Ok,
                 Err(e) => io_reply(&format!("truncate of handle {handle}"), e),
             },
-            Request::Remove { handle } => match iod.cut(Entry::Remove { handle }).await {
+            Request::Remove { handle } => match iod.remove(handle).await {
                 Ok(()) => {
                     iod.maybe_checkpoint(true).await;
                     Response::Ok
@@ -700,6 +817,8 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         below,
         data_dir: cfg.data_dir.clone(),
         log: GroupLog::start(wal),
+        direct: DirectWrites::default(),
+        syncing: tokio::sync::Mutex::new(()),
         gate: RwLock::new(()),
         checkpoint_bytes: cfg.checkpoint_bytes,
         checkpointing: false.into(),

@@ -1,6 +1,7 @@
 //! parcache-server: the daemons, as tokio drivers of the protocol and the
 //! stores: the metadata server ([`mds`]) and the data server ([`iod`]).
 
+pub mod direct;
 pub mod iod;
 pub mod mds;
 

@@ -366,6 +366,19 @@ impl Cache {
     pub fn has_say(&self, key: BlockKey) -> bool {
         self.table.contains_key(&key) || self.detached_keys.contains(&key)
     }
+    /// Whether the cache has no dirty byte of `key` and nothing in progress
+    /// on it: a write of the whole block around the cache (a data server's
+    /// direct write) then leaves no newer byte behind here.
+    pub fn clean_or_absent(&self, key: BlockKey) -> bool {
+        if self.detached_keys.contains(&key) {
+            return false;
+        }
+        self.table.get(&key).is_none_or(|&b| {
+            let buf = &self.bufs[b.index()];
+            buf.idle() && buf.dirty.is_empty()
+        })
+    }
+
     /// The buffer holding every byte of `key`, clean and idle (what a
     /// peer may be given: bytes the data servers have too).
     pub fn resident(&self, key: BlockKey) -> Option<BufId> {
