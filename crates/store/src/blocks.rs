@@ -6,9 +6,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::sync::Arc;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub struct BlockStore {
     dir: PathBuf,
