@@ -311,6 +311,31 @@ impl<B: Below> Driver<B> {
         Ok(())
     }
 
+    /// Reads `len` bytes at `offset` of `file` as [`Driver::read`] does,
+    /// into a new buffer; a read within one block copies its bytes straight
+    /// out of the cache, with no zeroing of a buffer first (a data server's
+    /// answer to a node's fetch of a block).
+    pub async fn read_bytes(&self, file: FileId, offset: u64, len: usize) -> Result<Bytes, DriverError> {
+        let bs = self.shared.block_size;
+        let mut parts = split_blocks(offset, len as u64, bs);
+        match (parts.next(), parts.next()) {
+            (Some(p), None) => {
+                let mut out = Bytes::new();
+                self.access(BlockKey::new(file, p.index), Access::Read(p.range), |m| {
+                    out = Bytes::copy_from_slice(m)
+                })
+                .await?;
+                Ok(out)
+            }
+            (None, _) => Ok(Bytes::new()),
+            _ => {
+                let mut out = vec![0u8; len];
+                self.read(file, offset, &mut out).await?;
+                Ok(out.into())
+            }
+        }
+    }
+
     /// One block access on a lane: begin, wait while blocked, copy, end.
     async fn access(&self, key: BlockKey, access: Access, copy: impl FnOnce(&mut [u8])) -> Result<(), DriverError> {
         let sh = &*self.shared;

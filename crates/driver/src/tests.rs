@@ -392,3 +392,18 @@ fn a_block_written_around_the_cache_replaces_only_a_clean_copy() {
         assert!(below.file(7).is_empty(), "nothing went down");
     });
 }
+
+/// `read_bytes` answers as `read` does, within one block and across several.
+#[test]
+fn read_bytes_matches_read() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = simple(4, WritePolicyKind::WriteBack, &below);
+        let data: Vec<u8> = (0..200u8).collect();
+        d.write(3, 0, &data).await.unwrap();
+        for (off, len) in [(0u64, 64usize), (10, 20), (60, 100), (0, 0), (199, 1)] {
+            let got = d.read_bytes(3, off, len).await.unwrap();
+            assert_eq!(&got[..], &data[off as usize..off as usize + len], "{off}+{len}");
+        }
+    });
+}

@@ -623,9 +623,8 @@ impl Handler for IodHandler {
                 // zeros without them crossing the wire (a 4 KiB file's
                 // read asks for its whole 64 KiB block).
                 let held = have.saturating_sub(offset).min(len);
-                let mut buf = vec![0u8; held as usize];
-                return match iod.cache.read(handle, offset, &mut buf).await {
-                    Ok(()) => (Response::Data { len: held }, Bytes::from(buf)),
+                return match iod.cache.read_bytes(handle, offset, held as usize).await {
+                    Ok(buf) => (Response::Data { len: held }, buf),
                     Err(e) => (
                         Response::error(ErrorCode::Io, format!("read of handle {handle}: {e}")),
                         Bytes::new(),

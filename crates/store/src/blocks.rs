@@ -80,10 +80,18 @@ impl BlockStore {
         let Some(f) = self.file(handle, false)? else {
             return Ok(Vec::new());
         };
-        let size = f.metadata()?.len();
-        let n = size.saturating_sub(offset).min(len) as usize;
-        let mut buf = vec![0u8; n];
-        f.read_exact_at(&mut buf, offset)?;
+        // Into the buffer's spare capacity until the end of the part: no
+        // zeroing of bytes about to be read, and no `stat` for the size.
+        let mut buf = Vec::with_capacity(len as usize);
+        while (buf.len() as u64) < len {
+            let at = offset + buf.len() as u64;
+            match rustix::io::pread(&*f, rustix::buffer::spare_capacity(&mut buf), at) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(buf)
     }
 
