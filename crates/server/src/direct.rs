@@ -53,7 +53,7 @@ fn blocks(offset: u64, len: u64, block: u32) -> std::ops::Range<u64> {
 }
 
 impl DirectWrites {
-    /// Whether `len` bytes at `offset` of `handle` cover whole blocks
+    /// Whether `len` bytes at `offset` cover whole blocks
     /// only: the shape a direct write needs (a part of a block would need
     /// the rest of it from the cache or the store).
     pub fn whole_blocks(offset: u64, len: u64, block: u32) -> bool {
