@@ -9,15 +9,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{chunk_counts, mounted, parcache, pattern, Mounted};
+use common::{chunk_counts, mounted, parcache, pattern, scratch, Mounted};
 
 struct Cluster(PathBuf);
 
 /// A fresh cluster with `iods` data servers (`parcache up`) in a temporary
 /// directory named by `tag`: the directory and the cluster.
 fn up(tag: &str, iods: &str) -> (PathBuf, Cluster) {
-    let base = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = scratch(tag);
     let cluster = Cluster(base.join("cluster"));
     let (ok, _, err) = parcache(&["up", "--data", cluster.0.to_str().unwrap(), "--iods", iods]);
     assert!(ok, "{err}");
@@ -1229,7 +1228,7 @@ fn special_files_long_and_odd_names_xattrs_and_fallocate() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    let (base, cluster) = up("posix2", "2");
+    let (base, cluster) = up("special", "2");
     let log = base.join("mount.log");
     let a = Mounted::logging(&cluster.0, base.join("a"), Some(&log));
     let b = Mounted::new(&cluster.0, base.join("b"));

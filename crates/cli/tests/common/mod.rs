@@ -8,6 +8,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A test's own directory, `$TMP/parcache-TAG-PID`, emptied. Tests of one
+/// binary run at once in one process, so a tag used twice would let one
+/// test delete the other's cluster under it: that panics here instead.
+pub fn scratch(tag: &str) -> PathBuf {
+    static TAKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        !taken.iter().any(|t| t == tag),
+        "two tests of this binary use the scratch directory tag {tag:?}"
+    );
+    taken.push(tag.to_string());
+    let d = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
 /// Runs the `parcache` binary; returns success, stdout and stderr.
 pub fn parcache(args: &[&str]) -> (bool, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
@@ -40,9 +56,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn up(name: &str, iods: u32) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("parcache-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let c = Cluster { dir };
+        let c = Cluster { dir: scratch(name) };
         c.start(iods);
         c
     }
@@ -272,7 +286,7 @@ pub struct SmallDisk(pub PathBuf);
 
 impl SmallDisk {
     pub fn new(tag: &str, mib: u32) -> Option<SmallDisk> {
-        let p = std::env::temp_dir().join(format!("parcache-{tag}-{}", std::process::id()));
+        let p = scratch(tag);
         std::fs::create_dir_all(&p).unwrap();
         let ok = Command::new("mount")
             .args([
