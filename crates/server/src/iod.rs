@@ -680,7 +680,7 @@ impl Handler for IodHandler {
                             *id = Some(want);
                             Response::Ok
                         }
-                        Err(e) => io_reply("writing the identity file", e),
+                        Err(e) => io_reply(&format!("writing the identity file in {}", iod.data_dir.display()), e),
                     },
                 }
             }
