@@ -162,6 +162,61 @@ fn cp_round_trips_and_errors_name_the_path() {
     assert!(!ok && err.contains("already running"), "{err}");
 }
 
+/// The local Unix sockets a loopback cluster also listens on
+/// (`/proc/net/unix` lists abstract names with `@`), as a user sees them:
+/// a file copied in by TCP (`PARCACHE_TRANSPORT=tcp`) reads back the same
+/// by the local sockets, and after `kill -9` of a data server and a
+/// restart on the same ports its name is bound again.
+#[test]
+fn loopback_servers_listen_on_local_sockets_and_tcp_still_serves() {
+    let c = Cluster::up("local-sockets", 2);
+    let listed = |c: &Cluster| -> Vec<String> {
+        let info = c.info();
+        let unix = std::fs::read_to_string("/proc/net/unix").unwrap();
+        let mut addrs = vec![info["mds"].as_str().unwrap().to_string()];
+        addrs.extend(
+            info["iods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        addrs
+            .into_iter()
+            .filter(|a| !unix.lines().any(|l| l.ends_with(&format!(" @parcache-{a}"))))
+            .collect()
+    };
+    assert_eq!(listed(&c), Vec::<String>::new(), "servers without a local socket");
+    let src = c.dir.join("in.bin");
+    let data: Vec<u8> = (0..(3 << 20) + 77).map(|i: u32| (i % 253) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args(["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/in.bin"])
+        .env("PARCACHE_TRANSPORT", "tcp")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = c.dir.join("out.bin");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/in.bin", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "bytes differ between the two transports"
+    );
+    c.kill9(c.pids()[0]);
+    let (ok, _, err) = parcache(&["down", "--data", c.d()]);
+    assert!(ok, "{err}");
+    c.start(2);
+    assert_eq!(
+        listed(&c),
+        Vec::<String>::new(),
+        "servers without a local socket after a restart"
+    );
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/in.bin", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&out).unwrap() == data, "bytes differ after the restart");
+}
+
 /// A data server that is down: the client names it after a bounded number of tries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_is_down_is_named() {

@@ -1,20 +1,21 @@
 //! Authenticated connections: a client that keeps many requests in flight
-//! on one TCP connection (matched by request id), and a server loop that
-//! handles each request in its own task.
+//! on one connection (matched by request id), and a server loop that
+//! handles each request in its own task. Connections run on TCP, or on a
+//! Unix socket to a server on this machine's loopback ([`crate::transport`]).
 
 use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::frame::{encode, encode_head, read_frame, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
 use crate::outbox::Outbox;
+use crate::transport::{self, Stream};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 /// A request's payload, as [`Client::call_with`] takes it.
@@ -52,6 +53,8 @@ struct Inner {
     next: AtomicU64,
     closed: AtomicBool,
     reason: Mutex<String>,
+    /// The connection is a Unix socket to a server on this machine.
+    local: bool,
 }
 
 impl Inner {
@@ -75,13 +78,20 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to `addr` and proves the cluster secret.
+    /// Connects to `addr` and proves the cluster secret: by the server's
+    /// Unix socket if it is on this machine's loopback and its handshake
+    /// succeeds there, else by TCP.
     pub async fn connect(addr: &str, secret: &Secret) -> Result<Client, ConnError> {
-        let mut s = TcpStream::connect(addr).await.map_err(|e| ConnError::Connect {
+        if let Some(mut s) = transport::connect_local(addr).await {
+            match client_handshake(&mut s, secret).await {
+                Ok(()) => return Ok(Self::start(addr, s)),
+                Err(e) => tracing::debug!("{addr}: the local socket's handshake failed ({e}); trying TCP"),
+            }
+        }
+        let mut s = transport::connect_tcp(addr).await.map_err(|e| ConnError::Connect {
             addr: addr.to_string(),
             reason: e.to_string(),
         })?;
-        s.set_nodelay(true).ok();
         client_handshake(&mut s, secret).await.map_err(|e| match e {
             // A server stopping (killed a moment ago) resets the connection
             // it had just accepted: it went away, it is not a stranger.
@@ -112,6 +122,12 @@ impl Client {
                 },
             },
         })?;
+        Ok(Self::start(addr, s))
+    }
+
+    /// Runs an authenticated stream: its writer and reader tasks.
+    fn start(addr: &str, s: Stream) -> Client {
+        let local = s.is_local();
         let (mut r, w) = s.into_split();
         let (out, writer) = Outbox::new(w);
         let inner = Arc::new(Inner {
@@ -121,6 +137,7 @@ impl Client {
             next: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             reason: Mutex::new(String::new()),
+            local,
         });
         let failed = Arc::downgrade(&inner);
         tokio::spawn(async move {
@@ -147,12 +164,18 @@ impl Client {
                 }
             }
         });
-        Ok(Client { inner })
+        Client { inner }
     }
 
     /// The address this client is connected to.
     pub fn addr(&self) -> &str {
         &self.inner.addr
+    }
+
+    /// Whether the connection is a Unix socket to a server on this machine
+    /// (else TCP).
+    pub fn is_local(&self) -> bool {
+        self.inner.local
     }
 
     /// Whether the connection has failed.
@@ -207,36 +230,64 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// Accepts connections until `shutdown` turns true. Every connection must
-/// prove the secret first; a peer that fails is refused and logged.
-pub async fn serve<H: Handler>(
+/// Accepts connections until `shutdown` turns true: on `listener`, and on
+/// a loopback address also on its Unix socket. Every connection must prove
+/// the secret first; a peer that fails is refused and logged. The Unix
+/// socket is bound when this is called (within a runtime), so a client
+/// told the address after it finds both.
+pub fn serve<H: Handler>(
     listener: TcpListener,
+    secret: Secret,
+    handler: Arc<H>,
+    shutdown: watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send {
+    let local = listener.local_addr().ok().and_then(transport::listen_local);
+    accept(listener, local, secret, handler, shutdown)
+}
+
+async fn accept<H: Handler>(
+    listener: TcpListener,
+    local: Option<tokio::net::UnixListener>,
     secret: Secret,
     handler: Arc<H>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let here = listener
+        .local_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
     loop {
-        tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((stream, peer)) => {
-                    let (secret, handler, shutdown) = (secret.clone(), handler.clone(), shutdown.clone());
-                    tokio::spawn(async move { connection(stream, peer, secret, handler, shutdown).await });
+                Ok((s, peer)) => {
+                    s.set_nodelay(true).ok();
+                    (Stream::Tcp(s), peer.to_string())
                 }
-                Err(e) => tracing::warn!("accept failed: {e}"),
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    continue;
+                }
+            },
+            r = async { local.as_ref().expect("polled only when bound").accept().await }, if local.is_some() => match r {
+                Ok((s, _)) => (Stream::Unix(s), format!("a local process (Unix socket of {here})")),
+                Err(e) => {
+                    tracing::warn!("accept on the local socket failed: {e}");
+                    continue;
+                }
             },
             _ = shutdown.changed() => break,
-        }
+        };
+        let (secret, handler, shutdown) = (secret.clone(), handler.clone(), shutdown.clone());
+        tokio::spawn(async move { connection(stream, peer, secret, handler, shutdown).await });
     }
 }
 
 async fn connection<H: Handler>(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+    mut stream: Stream,
+    peer: String,
     secret: Secret,
     handler: Arc<H>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    stream.set_nodelay(true).ok();
     if let Err(e) = server_handshake(&mut stream, &secret).await {
         match e {
             AuthError::Frame(FrameError::Closed) => tracing::debug!("{peer} left before authenticating"),

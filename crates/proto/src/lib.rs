@@ -4,7 +4,8 @@
 //! Parts: [`frame`] (length-prefixed frames whose file data travels as raw
 //! payload), [`msg`] (requests and replies), [`auth`] (mutual
 //! challenge–response on the cluster secret, which never crosses the wire)
-//! and [`conn`] (a multiplexed client and a concurrent server loop).
+//! and [`conn`] (a multiplexed client and a concurrent server loop, over
+//! TCP, or a Unix socket to a server on this machine's loopback).
 //! Guarantees: a malformed, oversized or truncated frame yields an error
 //! reply or a closed connection, never a panic or a hang; no request is
 //! served before the peer has proven the secret.
@@ -14,6 +15,7 @@ pub mod conn;
 pub mod frame;
 pub mod msg;
 mod outbox;
+mod transport;
 
 pub use auth::Secret;
 pub use conn::{serve, Client, ConnError, Handler, Payload};

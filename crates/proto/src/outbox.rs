@@ -11,8 +11,6 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 /// A frame: its encoded head, and a payload written after it uncopied.
@@ -26,13 +24,14 @@ pub(crate) trait Sink: Send + Sync + 'static {
     fn writable(&self) -> impl Future<Output = io::Result<()>> + Send;
 }
 
-impl Sink for OwnedWriteHalf {
+#[cfg(test)]
+impl Sink for tokio::net::tcp::OwnedWriteHalf {
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        AsRef::<TcpStream>::as_ref(self).try_write_vectored(bufs)
+        AsRef::<tokio::net::TcpStream>::as_ref(self).try_write_vectored(bufs)
     }
 
     fn writable(&self) -> impl Future<Output = io::Result<()>> + Send {
-        AsRef::<TcpStream>::as_ref(self).writable()
+        AsRef::<tokio::net::TcpStream>::as_ref(self).writable()
     }
 }
 
@@ -56,7 +55,7 @@ struct Queue {
 /// The sending side of a connection; clones share it. When the last clone
 /// is dropped, the writer task writes what is queued and ends (closing the
 /// socket's sending side).
-pub(crate) struct Outbox<W: Sink = OwnedWriteHalf>(Arc<Senders<W>>);
+pub(crate) struct Outbox<W: Sink = crate::transport::WriteHalf>(Arc<Senders<W>>);
 
 impl<W: Sink> Clone for Outbox<W> {
     fn clone(&self) -> Self {
@@ -185,6 +184,7 @@ fn fail<W>(sh: &Shared<W>, e: io::Error) -> String {
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+    use tokio::net::TcpStream;
 
     /// Frames sent from many threads at once while the peer reads, many
     /// too large for the socket to take at once, arrive whole and each

@@ -129,3 +129,91 @@ async fn garbage_and_mutated_frames_do_not_stop_the_server() {
     }
     let _ = stop.send(true);
 }
+
+/// A server on loopback is reached by its Unix socket, which carries large
+/// payloads and many requests as TCP does, and refuses a wrong secret and
+/// garbage before authentication as TCP does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_loopback_is_reached_by_its_local_socket() {
+    let (addr, secret, stop) = server().await;
+    let c = Client::connect(&addr, &secret).await.unwrap();
+    assert!(c.is_local(), "a loopback server is reached by its Unix socket");
+    let big = Bytes::from(vec![7u8; 3 << 20]);
+    let calls = (0..32u64).map(|i| {
+        let (c, big) = (c.clone(), big.clone());
+        tokio::spawn(async move {
+            let len = (i * 97_001) % big.len() as u64;
+            let req = Request::Read {
+                handle: i,
+                offset: 0,
+                len,
+                need: 0,
+            };
+            let (r, d) = c
+                .call_with(&req, parcache_proto::Payload::Shared(&big.slice(..len as usize)))
+                .await
+                .unwrap();
+            assert_eq!(r, Response::Data { len });
+            assert_eq!(d.len() as u64, len);
+            assert!(d.iter().all(|&b| b == 7));
+        })
+    });
+    for t in calls {
+        t.await.unwrap();
+    }
+    let e = Client::connect(&addr, &Secret::generate())
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("cluster secret"), "{e}");
+    // Garbage on the local socket before authentication.
+    let name = format!("\0parcache-{addr}");
+    let mut s = tokio::net::UnixStream::connect(&name).await.unwrap();
+    let _ = s.write_all(b"\xff\xff\xff\xffnot a frame at all").await;
+    let mut buf = [0u8; 64];
+    let r = tokio::time::timeout(Duration::from_secs(10), async {
+        while s.read(&mut buf).await.map(|n| n > 0).unwrap_or(false) {}
+    })
+    .await;
+    assert!(r.is_ok(), "the server hung on garbage on its local socket");
+    let (resp, _) = c.call(&Request::Write { handle: 1, offset: 0 }, b"ok").await.unwrap();
+    assert_eq!(resp, Response::Written { len: 2 });
+    let _ = stop.send(true);
+}
+
+/// A process that took a server's local socket name first (it does not
+/// know the secret) neither passes for the server nor keeps clients away:
+/// they go by TCP. A server listening beyond loopback has no local socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_squatter_on_the_local_name_is_passed_by_over_tcp() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let squatter = tokio::net::UnixListener::bind(format!("\0parcache-{addr}")).unwrap();
+    let stranger = Secret::generate();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = squatter.accept().await {
+            let stranger = stranger.clone();
+            tokio::spawn(async move {
+                let _ = parcache_proto::auth::server_handshake(&mut s, &stranger).await;
+            });
+        }
+    });
+    let secret = Secret::generate();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(l, secret.clone(), Arc::new(Echo), rx));
+    let c = Client::connect(&addr, &secret).await.unwrap();
+    assert!(!c.is_local(), "the squatter's socket is not used");
+    let (resp, _) = c.call(&Request::Write { handle: 1, offset: 0 }, b"abc").await.unwrap();
+    assert_eq!(resp, Response::Written { len: 3 });
+    let _ = stop.send(true);
+
+    let any = TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = any.local_addr().unwrap().port();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(any, secret.clone(), Arc::new(Echo), rx));
+    let c = Client::connect(&format!("127.0.0.1:{port}"), &secret).await.unwrap();
+    assert!(!c.is_local(), "a server on every address is reached by TCP");
+    let (resp, _) = c.call(&Request::Write { handle: 1, offset: 0 }, b"abcd").await.unwrap();
+    assert_eq!(resp, Response::Written { len: 4 });
+    let _ = stop.send(true);
+}

@@ -839,8 +839,10 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let (stop, rx) = watch::channel(false);
     let stop = Arc::new(stop);
     let handler = Arc::new(IodHandler(iod.clone(), stop.clone()));
+    // Bound now (the local socket too), before the address is announced.
+    let serving = serve(listener, cfg.secret, handler, rx);
     let served = Box::pin(async move {
-        serve(listener, cfg.secret, handler, rx).await;
+        serving.await;
         let r = iod.checkpoint().await;
         drop(lock);
         r

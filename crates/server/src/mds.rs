@@ -2018,8 +2018,10 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
             }
         })
     };
+    // Bound now (the local socket too), before the address is announced.
+    let serving = serve(listener, cfg.secret, handler, rx);
     let served = Box::pin(async move {
-        serve(listener, cfg.secret, handler, rx).await;
+        serving.await;
         syncer.abort();
         tokio::task::spawn_blocking(move || mds.sync())
             .await
