@@ -184,8 +184,24 @@ impl Fs {
     /// Runs `f` on the node's state of the file (if it has one).
     fn with_file<T: Default>(&self, handle: u64, f: impl FnOnce(&Arc<dyn Consistency>, &mut NodeFile) -> T) -> T {
         match self.files.lock().get_mut(&handle) {
-            Some(st) => f(&st.plugin, &mut st.file),
+            Some(st) => {
+                let before = st.file.opens;
+                let r = f(&st.plugin, &mut st.file);
+                self.note_opens(before, st.file.opens);
+                r
+            }
             None => T::default(),
+        }
+    }
+
+    /// Counts a file going from not open here to open or back (its
+    /// `opens` before and after a change, made under the `files` lock):
+    /// [`Fs::any_open`] then needs no walk over every file this node knows.
+    fn note_opens(&self, before: u32, after: u32) {
+        match (before > 0, after > 0) {
+            (false, true) => drop(self.open_files.fetch_add(1, Ordering::SeqCst)),
+            (true, false) => drop(self.open_files.fetch_sub(1, Ordering::SeqCst)),
+            _ => {}
         }
     }
 
@@ -457,7 +473,9 @@ impl Fs {
         let now = self.now();
         let (acts, last, orphan) = match self.files.lock().get_mut(&a.handle) {
             Some(s) => {
+                let before = s.file.opens;
                 let acts = s.plugin.release(&mut s.file, now, write);
+                self.note_opens(before, s.file.opens);
                 let last = s.file.opens == 0;
                 (acts, last, last && s.orphan)
             }
@@ -477,9 +495,18 @@ impl Fs {
         Ok(())
     }
 
-    /// Whether any file is open on this node.
+    /// Whether any file is open on this node. Kept as a count: a walk over
+    /// every file known here cost each unlink after 10,000 creates more
+    /// than its round trip (debug builds check the count against the walk).
     pub(crate) fn any_open(&self) -> bool {
-        self.files.lock().values().any(|s| s.file.opens > 0)
+        let files = self.files.lock();
+        let open = self.open_files.load(Ordering::SeqCst) > 0;
+        debug_assert_eq!(
+            open,
+            files.values().any(|s| s.file.opens > 0),
+            "the count of open files went wrong"
+        );
+        open
     }
 
     /// Marks the file an orphan if it is open here (it is being unlinked);
@@ -700,7 +727,9 @@ impl Fs {
             s.policies = policies;
             s.plugin = Arc::from(policies.consistency.build());
             s.pool = pool.clone();
+            let before = s.file.opens;
             s.file = file.clone();
+            self.note_opens(before, s.file.opens);
         }
         if file.opens > 0 {
             // Open under the new plug-in as an open would (an uncached
@@ -727,7 +756,14 @@ impl Fs {
     pub(crate) async fn remove_data(&self, a: &Attr) -> Result<()> {
         self.nv_forget(a.handle).await;
         let size = a.size.max(self.local_size(a.handle).unwrap_or(0));
-        let known = self.files.lock().remove(&a.handle);
+        let known = {
+            let mut files = self.files.lock();
+            let known = files.remove(&a.handle);
+            if let Some(st) = &known {
+                self.note_opens(st.file.opens, 0);
+            }
+            known
+        };
         if let Some(st) = known {
             st.pool.discard_file(a.handle, 0).await;
         }

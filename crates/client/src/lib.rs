@@ -108,6 +108,8 @@ pub struct Fs {
     cache: NodeCacheConfig,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
     files: Mutex<HashMap<u64, FileState>>,
+    /// Files of `files` open here (`opens > 0`), changed under its lock.
+    open_files: std::sync::atomic::AtomicUsize,
     /// This node's name at the metadata server (`sprite` opens).
     node: u64,
     me: Weak<Fs>,
@@ -205,6 +207,7 @@ impl Fs {
             cache,
             pools: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
+            open_files: std::sync::atomic::AtomicUsize::new(0),
             small: Mutex::new(HashMap::new()),
             node: node_id(),
             me: me.clone(),
