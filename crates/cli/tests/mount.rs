@@ -3,7 +3,7 @@
 //! mounts of one cluster act as two nodes with separate caches.
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1935,5 +1935,45 @@ fn a_directorys_names_known_under_a_lease_miss_no_other_nodes_name() {
     assert!(!seen("a3"));
     std::fs::write(b.p("d/a3"), b"again").unwrap();
     assert_eq!(std::fs::read(a.p("d/a3")).unwrap(), b"again");
+    finish(base, cluster, a, b);
+}
+
+/// A mount reuses its buffers for reads' answers: after reading files full
+/// of other bytes, the holes of a sparse file (block store and
+/// content-addressed) read as zeros, and a short read at a file's end
+/// carries nothing past it.
+#[test]
+fn holes_read_as_zeros_after_reads_of_other_files() {
+    let (base, cluster, a, b) = two_nodes("holes", "2");
+    let d = cluster.0.to_str().unwrap();
+    std::fs::create_dir(a.p("c")).unwrap();
+    let (ok, _, err) = parcache(&["policy", "set", "--data", d, "pc:/c", "store=cas", "consistency=seq-2"]);
+    assert!(ok, "{err}");
+    let full = vec![0xabu8; 3 << 20];
+    for dir in ["", "c/"] {
+        let sparse = format!("{dir}sparse");
+        std::fs::write(a.p(&format!("{dir}full")), &full).unwrap();
+        let f = std::fs::File::create(a.p(&sparse)).unwrap();
+        f.set_len(3 << 20).unwrap();
+        f.write_all_at(b"end", (3 << 20) - 3).unwrap();
+        drop(f);
+        for m in [&a, &b] {
+            for _ in 0..2 {
+                assert!(std::fs::read(m.p(&format!("{dir}full"))).unwrap() == full);
+                let got = std::fs::read(m.p(&sparse)).unwrap();
+                assert_eq!(got.len(), 3 << 20, "{sparse}");
+                assert!(
+                    got[..(3 << 20) - 3].iter().all(|&x| x == 0),
+                    "{sparse}: a hole shows other bytes"
+                );
+                assert_eq!(&got[(3 << 20) - 3..], b"end");
+            }
+            // A read past the end asks for 1 MiB and gets 3 bytes.
+            let mut f = std::fs::File::open(m.p(&sparse)).unwrap();
+            let mut buf = vec![7u8; 1 << 20];
+            let n = f.read_at(&mut buf, (3 << 20) - 3).unwrap();
+            assert_eq!(&buf[..n], b"end");
+        }
+    }
     finish(base, cluster, a, b);
 }

@@ -427,6 +427,8 @@ impl Fs {
             return Ok(0);
         }
         let cs = chunk as u64;
+        // Zeros wherever the chunks below leave a byte unwritten.
+        buf[..(end - offset) as usize].fill(0);
         let (first, last) = (offset / cs, (end - 1) / cs);
         let hashes = self.hashes(a.handle, p, first, last + 1).await?;
         let got = self.chunks(&hashes, chunk as usize).await?;

@@ -722,14 +722,14 @@ impl Fs {
         self.global.learn(handle, &settings, self.cache.block_size);
         let now = self.now();
         let mut file = NodeFile::new(view(&a), now);
-        file.opens = st.file.opens;
         if let Some(s) = self.files.lock().get_mut(&handle) {
+            // The opens as they are now: a release may have ended one
+            // while this waited (`st` is from before).
+            file.opens = s.file.opens;
             s.policies = policies;
             s.plugin = Arc::from(policies.consistency.build());
             s.pool = pool.clone();
-            let before = s.file.opens;
             s.file = file.clone();
-            self.note_opens(before, s.file.opens);
         }
         if file.opens > 0 {
             // Open under the new plug-in as an open would (an uncached
@@ -919,7 +919,9 @@ impl Fs {
     }
 
     /// Reads into `buf` at `offset`; returns how many bytes the file had
-    /// there (fewer than asked at its end). A cache hit costs one copy.
+    /// there (fewer than asked at its end), every one of `buf[..n]` written
+    /// (a mount reuses its buffers: what they held before never shows). A
+    /// cache hit costs one copy.
     pub async fn read_into(&self, a: &Attr, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let st = self.state(a).await?;
         let now = self.now();
