@@ -1969,7 +1969,7 @@ fn holes_read_as_zeros_after_reads_of_other_files() {
                 assert_eq!(&got[(3 << 20) - 3..], b"end");
             }
             // A read past the end asks for 1 MiB and gets 3 bytes.
-            let mut f = std::fs::File::open(m.p(&sparse)).unwrap();
+            let f = std::fs::File::open(m.p(&sparse)).unwrap();
             let mut buf = vec![7u8; 1 << 20];
             let n = f.read_at(&mut buf, (3 << 20) - 3).unwrap();
             assert_eq!(&buf[..n], b"end");
