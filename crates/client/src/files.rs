@@ -501,9 +501,10 @@ impl Fs {
     pub(crate) fn any_open(&self) -> bool {
         let files = self.files.lock();
         let open = self.open_files.load(Ordering::SeqCst) > 0;
-        debug_assert_eq!(
-            open,
-            files.values().any(|s| s.file.opens > 0),
+        // Up to a few thousand files, so that a debug build's unlinks do
+        // not grow quadratic in a large directory.
+        debug_assert!(
+            files.len() > 4096 || open == files.values().any(|s| s.file.opens > 0),
             "the count of open files went wrong"
         );
         open
