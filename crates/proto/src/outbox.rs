@@ -24,17 +24,6 @@ pub(crate) trait Sink: Send + Sync + 'static {
     fn writable(&self) -> impl Future<Output = io::Result<()>> + Send;
 }
 
-#[cfg(test)]
-impl Sink for tokio::net::tcp::OwnedWriteHalf {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        AsRef::<tokio::net::TcpStream>::as_ref(self).try_write_vectored(bufs)
-    }
-
-    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send {
-        AsRef::<tokio::net::TcpStream>::as_ref(self).writable()
-    }
-}
-
 struct Shared<W> {
     w: W,
     q: Mutex<Queue>,
@@ -197,6 +186,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), l.accept());
         let (_r, w) = client.unwrap().into_split();
+        let w = crate::transport::WriteHalf::Tcp(w);
         let (mut server, _) = accepted.unwrap();
         let reader = tokio::spawn(async move {
             let mut next = [0u32; SENDERS as usize];
@@ -326,6 +316,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), l.accept());
         let (_r, w) = client.unwrap().into_split();
+        let w = crate::transport::WriteHalf::Tcp(w);
         drop(accepted.unwrap());
         let (out, writer) = Outbox::new(w);
         let writer = tokio::spawn(writer);
