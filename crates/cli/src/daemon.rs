@@ -40,6 +40,13 @@ pub struct IodArgs {
     /// or lru-writeback.
     #[arg(long, value_name = "POLICY")]
     write_policy: Option<String>,
+    /// Read stripes through the kernel's page cache. By default reads go
+    /// around it (O_DIRECT, where the file system allows): the server's
+    /// own cache (--cache-mib) keeps what it read, and a cold read costs
+    /// no copy out of the page cache.
+    #[arg(long)]
+    #[serde(default)]
+    page_cache_reads: bool,
 }
 
 /// Settings of `parcache mds`, from `--config FILE.toml` and flags (flags win).
@@ -191,6 +198,7 @@ pub fn iod(a: IodArgs) -> Result<()> {
     let mut cfg = IodConfig::new(data.clone(), listen, secret);
     cfg.checkpoint_bytes = checkpoint << 20;
     cfg.cache_bytes = a.cache_mib.or(f.cache_mib).unwrap_or(256) << 20;
+    cfg.page_cache_reads = a.page_cache_reads || f.page_cache_reads;
     if let Some(w) = a.write_policy.as_ref().or(f.write_policy.as_ref()) {
         cfg.write_policy = w
             .parse()

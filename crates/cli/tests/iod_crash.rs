@@ -303,29 +303,41 @@ async fn the_servers_cache_counts_hits_misses_and_immediate_writes() {
 /// A read sends only what the part holds: a 4 KiB part read as a whole
 /// 64 KiB block answers 4 KiB, a read past the end answers nothing, and a
 /// part extended by a truncate answers its hole as zeros, in full. The
-/// reader (the client's data path) fills the rest with zeros.
+/// reader (the client's data path) fills the rest with zeros. The same with
+/// the block store read around the page cache (the default) and through it
+/// (`--page-cache-reads`), and from the store after a kill -9.
 #[tokio::test]
 async fn a_read_sends_only_what_the_part_holds() {
-    let dir = temp_dir("iod-short-read");
-    let secret = Secret::generate();
-    secret.save(&dir.join("secret")).unwrap();
-    let iod = Iod::start_with(&dir, &[]);
-    let c = Client::connect(&iod.addr, &secret).await.unwrap();
-    put(&c, 5, 0, &[9u8; 4096]).await;
-    assert_eq!(get(&c, 5, 0, 65536).await, vec![9u8; 4096]);
-    assert_eq!(get(&c, 5, 4000, 65536).await, vec![9u8; 96]);
-    assert!(get(&c, 5, 100_000, 65536).await.is_empty());
-    assert!(get(&c, 6, 0, 65536).await.is_empty(), "a part never written");
-    let (r, _) = c
-        .call(&Request::Truncate { handle: 5, len: 10_000 }, &[])
-        .await
-        .unwrap();
-    assert_eq!(r, Response::Ok);
-    let mut want = vec![9u8; 4096];
-    want.resize(10_000, 0);
-    assert_eq!(get(&c, 5, 0, 65536).await, want);
-    drop(iod);
-    std::fs::remove_dir_all(&dir).unwrap();
+    for flags in [&[][..], &["--page-cache-reads"][..]] {
+        let dir = temp_dir(&format!("iod-short-read{}", flags.len()));
+        let secret = Secret::generate();
+        secret.save(&dir.join("secret")).unwrap();
+        let iod = Iod::start_with(&dir, flags);
+        let mut want = vec![9u8; 4096];
+        want.resize(10_000, 0);
+        let c = Client::connect(&iod.addr, &secret).await.unwrap();
+        put(&c, 5, 0, &[9u8; 4096]).await;
+        assert_eq!(get(&c, 5, 0, 65536).await, vec![9u8; 4096]);
+        assert_eq!(get(&c, 5, 4000, 65536).await, vec![9u8; 96]);
+        assert!(get(&c, 5, 100_000, 65536).await.is_empty());
+        assert!(get(&c, 6, 0, 65536).await.is_empty(), "a part never written");
+        let (r, _) = c
+            .call(&Request::Truncate { handle: 5, len: 10_000 }, &[])
+            .await
+            .unwrap();
+        assert_eq!(r, Response::Ok);
+        assert!(get(&c, 5, 0, 65536).await == want, "{flags:?}");
+        // From the block store, after a kill -9 emptied the server's cache.
+        drop(c);
+        drop(iod);
+        let iod = Iod::start_with(&dir, flags);
+        let c = Client::connect(&iod.addr, &secret).await.unwrap();
+        assert!(get(&c, 5, 0, 65536).await == want, "{flags:?} after a restart");
+        assert_eq!(get(&c, 5, 8192, 4096).await, vec![0u8; 1808], "{flags:?}");
+        assert!(get(&c, 5, 12_288, 65536).await.is_empty());
+        drop(iod);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 /// Random requests, valid and then mutated byte by byte, thrown at the real

@@ -54,6 +54,10 @@ pub struct IodConfig {
     pub cache_bytes: u64,
     /// When dirty blocks of the write cache go to the block store.
     pub write_policy: WritePolicyKind,
+    /// Read the block store through the kernel's page cache; by default
+    /// aligned reads go around it (`O_DIRECT`, where the file system
+    /// allows), since the server's own cache keeps what it read.
+    pub page_cache_reads: bool,
 }
 
 impl IodConfig {
@@ -66,6 +70,7 @@ impl IodConfig {
             checkpoint_bytes: 64 << 20,
             cache_bytes: 256 << 20,
             write_policy: WritePolicyKind::THRESHOLD_DEFAULT,
+            page_cache_reads: false,
         }
     }
 }
@@ -116,7 +121,6 @@ impl Below for StoreBelow {
             .await
             .map_err(io::Error::other)
             .and_then(|r| r)
-            .map(Bytes::from)
             .map_err(|e| below_err(&format!("block store read of handle {}", key.file), e))
     }
 }
@@ -789,6 +793,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let lock = crate::lock_dir(&cfg.data_dir, "data server")?;
     let identity = read_identity(&cfg.data_dir)?;
     let store = Arc::new(BlockStore::open(&cfg.data_dir)?);
+    store.set_direct_reads(!cfg.page_cache_reads);
     let (wal, replay) = Wal::open(FileMedia::open(&cfg.data_dir.join("log"))?)?;
     let below = Arc::new(StoreBelow {
         store: store.clone(),
