@@ -26,6 +26,7 @@
 //! `DIR/identity` (see [`ServerIdentity`]).
 
 use crate::direct::DirectWrites;
+use crate::read_queue::ReadQueue;
 use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
 use parcache_driver::{Below, BelowError, Driver, Placed};
@@ -93,6 +94,8 @@ const REMOVE_IN_PLACE_MAX: u64 = 1 << 20;
 /// The block store, as the level below the server's cache.
 struct StoreBelow {
     store: Arc<BlockStore>,
+    /// Fetches of blocks, merged into runs ([`ReadQueue`]).
+    reads: Arc<ReadQueue>,
     /// Handles written since the last checkpoint (to sync then).
     touched: Mutex<HashSet<u64>>,
 }
@@ -115,12 +118,9 @@ impl Below for StoreBelow {
     }
 
     async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
-        let store = self.store.clone();
-        let off = key.index * IOD_BLOCK as u64;
-        tokio::task::spawn_blocking(move || store.read(key.file, off, IOD_BLOCK as u64))
+        self.reads
+            .fetch(key.file, key.index)
             .await
-            .map_err(io::Error::other)
-            .and_then(|r| r)
             .map_err(|e| below_err(&format!("block store read of handle {}", key.file), e))
     }
 }
@@ -797,6 +797,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let (wal, replay) = Wal::open(FileMedia::open(&cfg.data_dir.join("log"))?)?;
     let below = Arc::new(StoreBelow {
         store: store.clone(),
+        reads: ReadQueue::new(store.clone(), IOD_BLOCK),
         touched: Mutex::new(HashSet::new()),
     });
     let cache = Driver::new(
