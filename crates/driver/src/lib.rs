@@ -21,6 +21,7 @@ use parcache_core::{
     split_blocks, Access, AccessError, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect,
     FileId, PolicyError, Time, WritePolicyKind,
 };
+use parcache_proto::BufPool;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::pin::pin;
@@ -75,6 +76,8 @@ impl State {
 
 struct Shared<B> {
     state: Mutex<State>,
+    /// Buffers for [`Driver::read_bytes`]'s answers.
+    answers: Arc<BufPool>,
     below: B,
     block_size: u32,
     epoch: Instant,
@@ -124,6 +127,7 @@ impl<B: Below> Driver<B> {
         let mut cache = Cache::new(cfg)?;
         cache.report_evictions(below.wants_evictions());
         let shared = Arc::new(Shared {
+            answers: Arc::default(),
             state: Mutex::new(State {
                 cache,
                 mem: (0..n).map(|_| None).collect(),
@@ -312,26 +316,26 @@ impl<B: Below> Driver<B> {
     }
 
     /// Reads `len` bytes at `offset` of `file` as [`Driver::read`] does,
-    /// into a new buffer; a read within one block copies its bytes straight
-    /// out of the cache, with no zeroing of a buffer first (a data server's
-    /// answer to a node's fetch of a block).
+    /// into a buffer of the cache's [`BufPool`] (one a dropped answer
+    /// gave back where there is one), each byte copied once straight out of
+    /// the cache with no zeroing first (a data server's answer to a node).
     pub async fn read_bytes(&self, file: FileId, offset: u64, len: usize) -> Result<Bytes, DriverError> {
         let bs = self.shared.block_size;
         let mut parts = split_blocks(offset, len as u64, bs);
         match (parts.next(), parts.next()) {
             (Some(p), None) => {
-                let mut out = Bytes::new();
+                let mut out = self.shared.answers.take(len);
                 self.access(BlockKey::new(file, p.index), Access::Read(p.range), |m| {
-                    out = Bytes::copy_from_slice(m)
+                    out.copy_from_slice(m)
                 })
                 .await?;
-                Ok(out)
+                Ok(self.shared.answers.bytes(out))
             }
             (None, _) => Ok(Bytes::new()),
             _ => {
-                let mut out = vec![0u8; len];
+                let mut out = self.shared.answers.take(len);
                 self.read(file, offset, &mut out).await?;
-                Ok(out.into())
+                Ok(self.shared.answers.bytes(out))
             }
         }
     }

@@ -4,7 +4,8 @@
 //! Unix socket to a server on this machine's loopback ([`crate::transport`]).
 
 use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
-use crate::frame::{encode, encode_head, read_frame, FrameError};
+use crate::buf_pool::BufPool;
+use crate::frame::{encode, encode_head, read_frame_pooled, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
 use crate::outbox::Outbox;
 use crate::transport::{self, Stream};
@@ -149,8 +150,10 @@ impl Client {
         });
         let reader = inner.clone();
         tokio::spawn(async move {
+            // Replies' payloads (blocks read) come in buffers used again.
+            let pool = Arc::new(BufPool::default());
             loop {
-                match read_frame::<Response, _>(&mut r).await {
+                match read_frame_pooled::<Response, _>(&mut r, Some(&pool)).await {
                     Ok(f) => {
                         let tx = reader.pending.lock().remove(&f.id);
                         if let Some(tx) = tx {
@@ -306,9 +309,11 @@ async fn connection<H: Handler>(
     let writer = tokio::spawn(writer);
     // The nodes requests were made for on this connection.
     let mut nodes: Vec<u64> = Vec::new();
+    // Requests' payloads (blocks written) come in buffers used again.
+    let pool = Arc::new(BufPool::default());
     loop {
         let frame = tokio::select! {
-            f = read_frame::<Request, _>(&mut r) => f,
+            f = read_frame_pooled::<Request, _>(&mut r, Some(&pool)) => f,
             _ = shutdown.changed() => break,
         };
         match frame {

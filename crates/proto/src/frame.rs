@@ -12,8 +12,10 @@
 //! does not decode is an error, never a panic; a peer that stops mid-frame
 //! is `Truncated`.
 
+use crate::buf_pool::{BufPool, POOLED_MIN};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};
+use std::sync::Arc;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -104,6 +106,15 @@ pub fn decode<M: DeserializeOwned>(mut body: Bytes) -> Result<Frame<M>, FrameErr
 
 /// Reads one frame. `Closed` if the peer closed cleanly between frames.
 pub async fn read_frame<M: DeserializeOwned, R: AsyncRead + Unpin>(r: &mut R) -> Result<Frame<M>, FrameError> {
+    read_frame_pooled(r, None).await
+}
+
+/// Reads one frame, a large one into a buffer of `pool` (which gets it
+/// back when the frame's payload is dropped).
+pub async fn read_frame_pooled<M: DeserializeOwned, R: AsyncRead + Unpin>(
+    r: &mut R,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<Frame<M>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -114,8 +125,16 @@ pub async fn read_frame<M: DeserializeOwned, R: AsyncRead + Unpin>(r: &mut R) ->
     if len > MAX_FRAME {
         return Err(FrameError::TooLarge(len));
     }
+    if let Some(pool) = pool.filter(|_| len >= POOLED_MIN) {
+        let mut body = pool.take(len);
+        match r.read_exact(&mut body).await {
+            Ok(_) => return decode(pool.bytes(body)),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Truncated),
+            Err(e) => return Err(e.into()),
+        }
+    }
     // Read into the buffer's spare capacity: no zeroing of bytes about to
-    // be overwritten (a block's worth per data frame).
+    // be overwritten.
     let mut body = BytesMut::with_capacity(len);
     let mut rest = (&mut *r).take(len as u64);
     while body.len() < len {
@@ -190,6 +209,39 @@ mod tests {
         let f: Frame<T> = read_frame(&mut b).await.unwrap();
         assert_eq!((f.id, f.msg, &f.data[..]), (7, T::B { s: "x".into() }, &b"payload"[..]));
         assert!(matches!(read_frame::<T, _>(&mut b).await, Err(FrameError::Closed)));
+    }
+
+    /// Frames read into pooled buffers arrive whole, small and large, one
+    /// after another; a large frame's buffer serves the next once its
+    /// payload is dropped; a truncated large frame is an error.
+    #[tokio::test]
+    async fn pooled_frames_arrive_whole_and_their_buffers_serve_again() {
+        let (mut a, mut b) = tokio::io::duplex(8192);
+        let sizes = [5usize, POOLED_MIN, 200_000, 0, 150_000, 7];
+        let payload = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 % 253) as u8).collect() };
+        let w = tokio::spawn(async move {
+            for (i, n) in sizes.into_iter().enumerate() {
+                write_frame(&mut a, i as u64, &T::A(n as u32), &payload(n))
+                    .await
+                    .unwrap();
+            }
+            a.write_all(&(POOLED_MIN as u32 + 100).to_le_bytes()).await.unwrap();
+            a.write_all(&[0u8; 1000]).await.unwrap();
+        });
+        let pool = Arc::new(BufPool::default());
+        for (i, n) in sizes.into_iter().enumerate() {
+            let f: Frame<T> = read_frame_pooled(&mut b, Some(&pool)).await.unwrap();
+            assert_eq!((f.id, f.msg), (i as u64, T::A(n as u32)));
+            assert!(f.data[..] == payload(n)[..], "frame {i} of {n} bytes");
+            drop(f.data);
+            // The 150,000-byte frame takes the 200,000-byte one's buffer.
+            assert_eq!(pool.kept(), [0, 1, 2, 2, 2, 2][i], "after frame {i}");
+        }
+        w.await.unwrap();
+        assert!(matches!(
+            read_frame_pooled::<T, _>(&mut b, Some(&pool)).await,
+            Err(FrameError::Truncated)
+        ));
     }
 
     #[tokio::test]

@@ -4,13 +4,14 @@
 //! Parts: [`frame`] (length-prefixed frames whose file data travels as raw
 //! payload), [`msg`] (requests and replies), [`auth`] (mutual
 //! challenge–response on the cluster secret, which never crosses the wire)
-//! and [`conn`] (a multiplexed client and a concurrent server loop, over
+//! [`buf_pool`] (large payloads' buffers, used again), and [`conn`] (a multiplexed client and a concurrent server loop, over
 //! TCP, or a Unix socket to a server on this machine's loopback).
 //! Guarantees: a malformed, oversized or truncated frame yields an error
 //! reply or a closed connection, never a panic or a hang; no request is
 //! served before the peer has proven the secret.
 
 pub mod auth;
+pub mod buf_pool;
 pub mod conn;
 pub mod frame;
 pub mod msg;
@@ -18,6 +19,7 @@ mod outbox;
 mod transport;
 
 pub use auth::Secret;
+pub use buf_pool::BufPool;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
 pub use msg::{
     show_name, Attr, Callback, ChunkHash, DirEntry, ErrorCode, ErrorReply, FileKind, Handle, Layout, Name, NodeInfo,
