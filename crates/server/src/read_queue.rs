@@ -13,6 +13,7 @@
 //! a reader of its own at once.
 
 use bytes::Bytes;
+use parcache_proto::BufPool;
 use parcache_store::BlockStore;
 use parking_lot::Mutex;
 use std::io;
@@ -31,6 +32,9 @@ type Answer = oneshot::Sender<io::Result<Bytes>>;
 /// The queue of fetches waiting for a reader (see the module's comment).
 pub struct ReadQueue {
     store: Arc<BlockStore>,
+    /// Buffers for the reads, used again once every block of a run is
+    /// dropped (a new one per read cost a page fault per 4 KiB).
+    bufs: Arc<BufPool>,
     block: u64,
     st: Mutex<QueueState>,
     /// Reads of the block store made (one per run of blocks).
@@ -52,6 +56,7 @@ impl ReadQueue {
     pub fn new(store: Arc<BlockStore>, block: u32) -> Arc<ReadQueue> {
         Arc::new(ReadQueue {
             store,
+            bufs: Arc::default(),
             block: block as u64,
             st: Mutex::new(QueueState::default()),
             reads: Default::default(),
@@ -122,7 +127,11 @@ impl ReadQueue {
                 }
                 let last = run.last().map_or(first, |r| r.1);
                 self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let got = self.store.read(h, first * self.block, (last - first + 1) * self.block);
+                let len = (last - first + 1) * self.block;
+                let got = self
+                    .store
+                    .read_in(h, first * self.block, len, self.bufs.take(len as usize + 4096))
+                    .map(|(buf, at)| self.bufs.bytes(buf).slice(at));
                 for (_, i, answer) in run {
                     let _ = answer.send(match &got {
                         Ok(b) => {

@@ -110,14 +110,28 @@ impl BlockStore {
     /// cost a data server half its CPU on cold sequential reads (issue 14).
     /// The server's own cache is the one that keeps blocks in memory.
     pub fn read(&self, handle: u64, offset: u64, len: u64) -> io::Result<Bytes> {
+        let (buf, at) = self.read_in(handle, offset, len, Vec::new())?;
+        Ok(Bytes::from(buf).slice(at))
+    }
+
+    /// Reads as [`BlockStore::read`] does, into `buf` (one used before, say:
+    /// its bytes may be stale, and it grows if it must), which it returns
+    /// with where in it the answer lies.
+    pub fn read_in(
+        &self,
+        handle: u64,
+        offset: u64,
+        len: u64,
+        mut buf: Vec<u8>,
+    ) -> io::Result<(Vec<u8>, std::ops::Range<usize>)> {
         let Some(part) = self.file(handle, false)? else {
-            return Ok(Bytes::new());
+            return Ok((buf, 0..0));
         };
         let aligned = offset.is_multiple_of(ALIGN as u64) && len.is_multiple_of(ALIGN as u64);
         if aligned && self.direct.load(Ordering::Relaxed) {
             if let Some(f) = self.direct_file(handle, &part) {
-                match read_direct(f, offset, len as usize) {
-                    Ok(b) => return Ok(b),
+                match read_direct(f, offset, len as usize, &mut buf) {
+                    Ok(at) => return Ok((buf, at)),
                     // The file system takes the open but not the read.
                     Err(e) if e == rustix::io::Errno::INVAL => {
                         tracing::info!(
@@ -132,9 +146,11 @@ impl BlockStore {
         }
         // Into the buffer's spare capacity until the end of the part: no
         // zeroing of bytes about to be read, and no `stat` for the size.
-        let mut buf = Vec::with_capacity(len as usize);
+        buf.clear();
+        buf.reserve(len as usize);
         read_into(&part.file, offset, len as usize, &mut buf)?;
-        Ok(buf.into())
+        let n = buf.len();
+        Ok((buf, 0..n))
     }
 
     /// The part opened for direct reads; `None` if the file system refuses
@@ -235,21 +251,22 @@ fn read_into(f: &File, at: u64, len: usize, buf: &mut Vec<u8>) -> io::Result<()>
             Err(e) => return Err(e.into()),
         }
     }
+    // The spare capacity may hold more than `len`.
+    buf.truncate(start + len);
     Ok(())
 }
 
 /// Reads up to `len` bytes (a multiple of [`ALIGN`]) at `at` (aligned) of
-/// `f`, opened `O_DIRECT`, into an aligned stretch of a new buffer: the
-/// buffer starts with up to `ALIGN - 1` bytes of padding that the answer
-/// leaves out (the buffer is zeroed first: cheap beside the page-cache copy
-/// this saves, and it needs no unsafe code).
-fn read_direct(f: &File, at: u64, len: usize) -> Result<Bytes, rustix::io::Errno> {
-    let mut buf: Vec<u8> = Vec::with_capacity(len + ALIGN);
+/// `f`, opened `O_DIRECT`, into an aligned stretch of `buf`, which grows to
+/// hold it (a new buffer is zeroed first: cheap beside the page-cache copy
+/// this saves, and it needs no unsafe code); where the bytes read lie.
+fn read_direct(f: &File, at: u64, len: usize, buf: &mut Vec<u8>) -> Result<std::ops::Range<usize>, rustix::io::Errno> {
+    buf.reserve((len + ALIGN).saturating_sub(buf.len()));
     let pad = buf.as_ptr().align_offset(ALIGN);
     buf.resize(pad + len, 0);
     let mut got = 0;
     while got < len {
-        match rustix::io::pread(f, &mut buf[pad + got..], at + got as u64) {
+        match rustix::io::pread(f, &mut buf[pad + got..pad + len], at + got as u64) {
             Ok(0) => break,
             Ok(n) => {
                 got += n;
@@ -263,8 +280,7 @@ fn read_direct(f: &File, at: u64, len: usize) -> Result<Bytes, rustix::io::Errno
             Err(e) => return Err(e),
         }
     }
-    buf.truncate(pad + got);
-    Ok(Bytes::from(buf).slice(pad..))
+    Ok(pad..pad + got)
 }
 
 #[cfg(test)]
