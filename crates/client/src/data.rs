@@ -274,7 +274,7 @@ impl DataPath {
             return Ok(Vec::new());
         }
         let k = self.known(handle)?;
-        let p = k.placement;
+        let p = &k.placement;
         let chunks: Vec<_> = p.layout.chunks(offset, len).collect();
         let mut spans: Vec<Option<(u64, u64)>> = vec![None; p.servers.len()];
         for c in &chunks {
@@ -285,25 +285,11 @@ impl DataPath {
             }
         }
         let calls = spans.iter().enumerate().map(|(pos, sp)| {
-            let s = p.servers[pos];
             let sp = *sp;
+            let k = &k;
             async move {
                 let Some((off, n)) = sp else { return Ok(Bytes::new()) };
-                // The part must hold the bytes of this range that lie
-                // within the file's size.
-                let part = p.layout.server_bytes(k.size, pos as u32);
-                let need = if part > off { part.min(off + n) } else { 0 };
-                let req = Request::Read {
-                    handle,
-                    offset: off,
-                    len: n,
-                    need,
-                };
-                match self.call(s, &req, &[]).await? {
-                    (Response::Data { .. }, d) => Ok(d),
-                    (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
-                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
-                }
+                self.read_span(handle, k, pos, off, n).await
             }
         });
         let got: Vec<Bytes> = join_all(calls).await.into_iter().collect::<Result<_>>()?;
@@ -318,6 +304,47 @@ impl DataPath {
             out[dst..dst + have].copy_from_slice(&src[from..from + have]);
         }
         Ok(out)
+    }
+
+    /// Reads `len` bytes at `offset` as [`DataPath::read`] does; a range on
+    /// one data server in one piece (a node cache's block) is the server's
+    /// answer itself, not copied into a new buffer, and shorter than `len`
+    /// where the server's part ends (the rest reads as zeros).
+    pub async fn read_piece(&self, handle: u64, offset: u64, len: u64) -> Result<Bytes> {
+        let k = self.known(handle)?;
+        let mut chunks = k.placement.layout.chunks(offset, len);
+        match (chunks.next(), chunks.next()) {
+            (Some(c), None) => {
+                let mut got = self
+                    .read_span(handle, &k, c.server as usize, c.server_offset, c.len)
+                    .await?;
+                got.truncate(c.len as usize);
+                Ok(got)
+            }
+            _ => Ok(self.read(handle, offset, len).await?.into()),
+        }
+    }
+
+    /// Bytes `off..off + n` of the part on the layout's server `pos`: what
+    /// the part holds of them (short at its end).
+    async fn read_span(&self, handle: u64, k: &Known, pos: usize, off: u64, n: u64) -> Result<Bytes> {
+        let p = &k.placement;
+        let s = p.servers[pos];
+        // The part must hold the bytes of this range that lie within the
+        // file's size.
+        let part = p.layout.server_bytes(k.size, pos as u32);
+        let need = if part > off { part.min(off + n) } else { 0 };
+        let req = Request::Read {
+            handle,
+            offset: off,
+            len: n,
+            need,
+        };
+        match self.call(s, &req, &[]).await? {
+            (Response::Data { .. }, d) => Ok(d),
+            (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
+            (other, _) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
+        }
     }
 
     /// Sets the length of each data server's part of a file of `size` bytes.
@@ -401,9 +428,6 @@ impl Below for DataPath {
 
     async fn fetch(&self, key: BlockKey) -> std::result::Result<Bytes, BelowError> {
         let bs = self.block_size as u64;
-        DataPath::read(self, key.file, key.index * bs, bs)
-            .await
-            .map(Bytes::from)
-            .map_err(below_err)
+        self.read_piece(key.file, key.index * bs, bs).await.map_err(below_err)
     }
 }
