@@ -32,8 +32,11 @@ struct Part {
 }
 
 /// Direct reads' alignment of offset, length and buffer (the page size,
-/// which covers every logical block size Linux file systems use).
-const ALIGN: usize = 4096;
+/// which covers every logical block size Linux file systems use). A buffer
+/// given to [`BlockStore::read_in`] with this much room beyond the length
+/// read needs no growing to align the read.
+pub const DIRECT_ALIGN: usize = 4096;
+const ALIGN: usize = DIRECT_ALIGN;
 
 /// Most parts a store keeps open; past it, it closes them all.
 const OPEN_MAX: usize = 128;

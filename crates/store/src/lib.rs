@@ -18,7 +18,7 @@ pub mod lock;
 pub mod media;
 pub mod wal;
 
-pub use blocks::BlockStore;
+pub use blocks::{BlockStore, DIRECT_ALIGN};
 pub use chunks::{chunk_hash, ChunkHash, ChunkStats, ChunkStore};
 pub use group::GroupLog;
 pub use lock::lock_dir;
