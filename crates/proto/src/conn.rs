@@ -16,6 +16,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
+use tokio::io::BufReader;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
@@ -31,6 +32,13 @@ pub enum Payload<'a> {
 /// Payloads up to this size are copied in after the header (one
 /// buffer, one plain write); larger ones are written after it uncopied.
 const INLINE_PAYLOAD: usize = 4096;
+
+/// Bytes a connection's reader asks the socket for at once: a small frame
+/// (a metadata request, an answer with no data) and its length arrive in
+/// one `recv`, where reading the length first took two, and several
+/// frames already there in one. A large payload is read past this buffer,
+/// straight into its own.
+const READ_BUF: usize = 8 << 10;
 
 #[derive(Debug, Error, Clone)]
 pub enum ConnError {
@@ -129,7 +137,8 @@ impl Client {
     /// Runs an authenticated stream: its writer and reader tasks.
     fn start(addr: &str, s: Stream) -> Client {
         let local = s.is_local();
-        let (mut r, w) = s.into_split();
+        let (r, w) = s.into_split();
+        let mut r = BufReader::with_capacity(READ_BUF, r);
         let (out, writer) = Outbox::new(w);
         let inner = Arc::new(Inner {
             addr: addr.to_string(),
@@ -302,7 +311,8 @@ async fn connection<H: Handler>(
         }
         return;
     }
-    let (mut r, w) = stream.into_split();
+    let (r, w) = stream.into_split();
+    let mut r = BufReader::with_capacity(READ_BUF, r);
     // A reply is its encoded head and its payload, written together with
     // one vectored write: the payload (a block read) is not copied again.
     let (tx, writer) = Outbox::new(w);

@@ -37,6 +37,9 @@ async fn server() -> (String, Secret, tokio::sync::watch::Sender<bool>) {
     (addr, secret, stop)
 }
 
+/// Small and large frames in flight together, so that several arrive in
+/// one read and frames straddle the readers' buffers (8 KiB) at every
+/// point: each answer is its own request's payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_requests_in_flight_on_one_connection() {
     let (addr, secret, stop) = server().await;
@@ -44,7 +47,9 @@ async fn many_requests_in_flight_on_one_connection() {
     let calls = (0..500u64).map(|i| {
         let c = c.clone();
         tokio::spawn(async move {
-            let payload = i.to_le_bytes();
+            // Every fifth from 0 to 80 KB; the others 8 bytes.
+            let len = if i % 5 == 0 { (i * 7919 % 80_000) as usize } else { 8 };
+            let payload: Vec<u8> = (0..len).map(|k| (k as u64 * 31 + i) as u8).collect();
             let (r, d) = c
                 .call(
                     &Request::Read {
