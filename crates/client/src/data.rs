@@ -3,6 +3,7 @@
 //! flight at once, and bounded retries of a server that went away.
 
 use crate::peer::Peer;
+use crate::write_batch::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
@@ -10,6 +11,14 @@ use parcache_driver::{join_all, Below, BelowError};
 use parcache_proto::{ErrorReply, Payload, Request, Response, Secret};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A write's bytes: lent by the caller, or shared by reference count.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Slice(&'a [u8]),
+    Shared(&'a Bytes),
+}
 
 /// One server's share of a write: where it starts there, and its chunks.
 type ServerPart = (u64, Vec<std::ops::Range<usize>>);
@@ -24,7 +33,9 @@ pub struct Placement {
 /// The connections to the data servers, and where each open file's
 /// stripes are (the node cache's level below).
 pub struct DataPath {
-    iods: Vec<Peer>,
+    iods: Vec<Arc<Peer>>,
+    /// Each data server's queue of buffered whole-block writes.
+    batches: Vec<Arc<ServerQueue>>,
     placements: SyncMutex<HashMap<u64, Known>>,
     /// Files this node created (this process) and has sent no write,
     /// truncate or extension for: none of their parts can come from it.
@@ -52,12 +63,18 @@ struct Known {
 
 impl DataPath {
     pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32) -> Self {
+        let iods: Vec<Arc<Peer>> = addrs
+            .into_iter()
+            .enumerate()
+            .map(|(i, addr)| Arc::new(Peer::new(format!("data server {i}"), addr, secret.clone())))
+            .collect();
         DataPath {
-            iods: addrs
-                .into_iter()
+            batches: iods
+                .iter()
                 .enumerate()
-                .map(|(i, addr)| Peer::new(format!("data server {i}"), addr, secret.clone()))
+                .map(|(i, p)| ServerQueue::new(p.clone(), i as u32, block_size))
                 .collect(),
+            iods,
             placements: SyncMutex::new(HashMap::new()),
             fresh: SyncMutex::new(HashSet::new()),
             block_size,
@@ -189,20 +206,20 @@ impl DataPath {
     /// server's part is durable in its log (`nv=on` files: Biswas et al.
     /// 1993 §2.2, a block leaves a node's NV cache only for stable storage).
     pub async fn write_with(&self, handle: u64, offset: u64, data: &[u8], durable: bool) -> Result<()> {
-        self.write_payload(handle, offset, Payload::Slice(data), durable).await
+        self.write_payload(handle, offset, Src::Slice(data), durable).await
     }
 
     /// [`DataPath::write_with`] of bytes shared by reference count: a
     /// server's part that is one piece of them is sent uncopied.
     pub async fn write_shared(&self, handle: u64, offset: u64, data: &Bytes, durable: bool) -> Result<()> {
-        self.write_payload(handle, offset, Payload::Shared(data), durable).await
+        self.write_payload(handle, offset, Src::Shared(data), durable).await
     }
 
-    async fn write_payload(&self, handle: u64, offset: u64, data: Payload<'_>, durable: bool) -> Result<()> {
+    async fn write_payload(&self, handle: u64, offset: u64, data: Src<'_>, durable: bool) -> Result<()> {
         self.touch(handle);
         let all: &[u8] = match data {
-            Payload::Slice(d) => d,
-            Payload::Shared(b) => b,
+            Src::Slice(d) => d,
+            Src::Shared(b) => b,
         };
         if all.is_empty() {
             return Ok(());
@@ -222,8 +239,8 @@ impl DataPath {
             let (server_offset, ranges) = part?;
             // A borrowed piece stays borrowed (the frame copies it once).
             let buf: std::result::Result<Bytes, &[u8]> = match (ranges.as_slice(), data) {
-                ([one], Payload::Shared(b)) => Ok(b.slice(one.clone())),
-                ([one], Payload::Slice(d)) => Err(&d[one.clone()]),
+                ([one], Src::Shared(b)) => Ok(b.slice(one.clone())),
+                ([one], Src::Slice(d)) => Err(&d[one.clone()]),
                 (many, _) => Ok(many
                     .iter()
                     .flat_map(|r| &all[r.clone()])
@@ -244,6 +261,10 @@ impl DataPath {
             };
             let s = p.servers[pos];
             Some(async move {
+                if let (Ok(b), false, Some(q)) = (&buf, durable, self.batches.get(s as usize)) {
+                    // Buffered and shared: with what else waits for it.
+                    return q.write(handle, server_offset, b.clone()).await;
+                }
                 let payload = match &buf {
                     Ok(b) => Payload::Shared(b),
                     Err(d) => Payload::Slice(d),
@@ -395,7 +416,7 @@ impl DataPath {
 /// The error for the node cache, without the file's name (the client
 /// puts the name in front).
 /// A data server's error reply, naming the file (`what`) and the server.
-fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
+pub(crate) fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
     FsError::Remote {
         path: what.to_string(),
         code: e.code,

@@ -7,7 +7,7 @@ use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::buf_pool::BufPool;
 use crate::frame::{encode, encode_head, read_frame_pooled, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
-use crate::outbox::Outbox;
+use crate::outbox::{Frame, Outbox};
 use crate::transport::{self, Stream};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -27,6 +27,8 @@ pub enum Payload<'a> {
     Slice(&'a [u8]),
     /// Bytes shared by reference count: over 4 KiB, sent uncopied.
     Shared(&'a Bytes),
+    /// Several pieces sent one after another as one payload, uncopied.
+    Pieces(&'a [Bytes]),
 }
 
 /// Payloads up to this size are copied in after the header (one
@@ -205,12 +207,16 @@ impl Client {
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Reply {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let too_large = |e: FrameError| ConnError::TooLarge(e.to_string());
-        let frame = match data {
+        let frame: Frame = match data {
             Payload::Shared(b) if b.len() > INLINE_PAYLOAD => {
-                (encode_head(id, req, b.len(), 0).map_err(too_large)?, b.clone())
+                (encode_head(id, req, b.len(), 0).map_err(too_large)?, b.clone()).into()
             }
-            Payload::Shared(b) => (encode(id, req, b).map_err(too_large)?, Bytes::new()),
-            Payload::Slice(d) => (encode(id, req, d).map_err(too_large)?, Bytes::new()),
+            Payload::Shared(b) => (encode(id, req, b).map_err(too_large)?, Bytes::new()).into(),
+            Payload::Slice(d) => (encode(id, req, d).map_err(too_large)?, Bytes::new()).into(),
+            Payload::Pieces(p) => {
+                let len = p.iter().map(|b| b.len()).sum();
+                Frame::pieces(encode_head(id, req, len, 0).map_err(too_large)?, p)
+            }
         };
         let (tx, rx) = oneshot::channel();
         self.inner.pending.lock().insert(id, tx);
