@@ -3,6 +3,7 @@
 //! flight at once, and bounded retries of a server that went away.
 
 use crate::peer::Peer;
+use crate::read_batch::ReadQueue;
 use crate::write_batch::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
@@ -36,6 +37,8 @@ pub struct DataPath {
     iods: Vec<Arc<Peer>>,
     /// Each data server's queue of buffered whole-block writes.
     batches: Vec<Arc<ServerQueue>>,
+    /// Each data server's queue of block fetches.
+    reads: Vec<Arc<ReadQueue>>,
     placements: SyncMutex<HashMap<u64, Known>>,
     /// Files this node created (this process) and has sent no write,
     /// truncate or extension for: none of their parts can come from it.
@@ -73,6 +76,11 @@ impl DataPath {
                 .iter()
                 .enumerate()
                 .map(|(i, p)| ServerQueue::new(p.clone(), i as u32, block_size))
+                .collect(),
+            reads: iods
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ReadQueue::new(p.clone(), i as u32, block_size))
                 .collect(),
             iods,
             placements: SyncMutex::new(HashMap::new()),
@@ -336,9 +344,13 @@ impl DataPath {
         let mut chunks = k.placement.layout.chunks(offset, len);
         match (chunks.next(), chunks.next()) {
             (Some(c), None) => {
-                let mut got = self
-                    .read_span(handle, &k, c.server as usize, c.server_offset, c.len)
-                    .await?;
+                let pos = c.server as usize;
+                let s = k.placement.servers[pos];
+                let need = need(&k, pos, c.server_offset, c.len);
+                let mut got = match self.reads.get(s as usize) {
+                    Some(q) => q.read(handle, c.server_offset, c.len, need).await?,
+                    None => self.read_span(handle, &k, pos, c.server_offset, c.len).await?,
+                };
                 got.truncate(c.len as usize);
                 Ok(got)
             }
@@ -349,17 +361,12 @@ impl DataPath {
     /// Bytes `off..off + n` of the part on the layout's server `pos`: what
     /// the part holds of them (short at its end).
     async fn read_span(&self, handle: u64, k: &Known, pos: usize, off: u64, n: u64) -> Result<Bytes> {
-        let p = &k.placement;
-        let s = p.servers[pos];
-        // The part must hold the bytes of this range that lie within the
-        // file's size.
-        let part = p.layout.server_bytes(k.size, pos as u32);
-        let need = if part > off { part.min(off + n) } else { 0 };
+        let s = k.placement.servers[pos];
         let req = Request::Read {
             handle,
             offset: off,
             len: n,
-            need,
+            need: need(k, pos, off, n),
         };
         match self.call(s, &req, &[]).await? {
             (Response::Data { .. }, d) => Ok(d),
@@ -415,6 +422,18 @@ impl DataPath {
 
 /// The error for the node cache, without the file's name (the client
 /// puts the name in front).
+/// How much of the part on the layout's server `pos` a read of `off..off +
+/// n` there needs it to hold: the bytes of the range that lie within the
+/// file's size.
+fn need(k: &Known, pos: usize, off: u64, n: u64) -> u64 {
+    let part = k.placement.layout.server_bytes(k.size, pos as u32);
+    if part > off {
+        part.min(off + n)
+    } else {
+        0
+    }
+}
+
 /// A data server's error reply, naming the file (`what`) and the server.
 pub(crate) fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
     FsError::Remote {

@@ -19,6 +19,7 @@ mod namespace;
 mod nv;
 mod peer;
 pub mod policies;
+mod read_batch;
 mod tier;
 mod write_batch;
 
