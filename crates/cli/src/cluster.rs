@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What `up` records in DIR/cluster.json.
-#[derive(Serialize, Deserialize, Debug, Default)]
+#[derive(Serialize, Deserialize, Debug, Default, Clone)]
 pub struct ClusterFile {
     pub mds: String,
     pub iods: Vec<String>,
@@ -174,12 +174,23 @@ pub fn up(a: UpArgs) -> Result<()> {
     };
     if let Some(c) = &old {
         if c.pids.iter().any(|&p| alive(p)) {
-            bail!(
-                "a cluster is already running in {} (metadata server {}); `parcache down --data {}` stops it",
-                dir.display(),
-                c.mds,
-                dir.display()
-            );
+            let whole = c.pids.len() == c.iods.len() + 1;
+            if !whole || c.pids.iter().all(|&p| alive(p)) {
+                bail!(
+                    "a cluster is already running in {} (metadata server {}); `parcache down --data {}` stops it",
+                    dir.display(),
+                    c.mds,
+                    dir.display()
+                );
+            }
+            if a.iods.is_some() || a.port_base.is_some() {
+                bail!(
+                    "{}: some of its servers run; `parcache up --data {}` alone restarts the others                      (--iods and --port-base are for a cluster that is stopped)",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            return restart_down(dir, c.clone(), a.mount.as_deref());
         }
         if a.iods.is_some_and(|n| n as usize != c.iods.len()) {
             bail!(
@@ -251,6 +262,91 @@ pub fn up(a: UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// Restarts the servers of a running cluster that are down (a data server
+/// killed, say) at their recorded addresses, leaving the others and their
+/// mounts alone: the clients reconnect to them.
+fn restart_down(dir: &Path, mut c: ClusterFile, mount: Option<&Path>) -> Result<()> {
+    let secret_file = dir.join("secret");
+    let n = c.iods.len();
+    for i in 0..=n {
+        if alive(c.pids[i]) {
+            continue;
+        }
+        let (what, addr) = if i < n {
+            (format!("data server {i}"), c.iods[i].clone())
+        } else {
+            ("metadata server".to_string(), c.mds.clone())
+        };
+        let port = port_of(&addr).unwrap_or(0);
+        let started = if i < n {
+            start_iod(i, dir, &secret_file, port)
+        } else {
+            start_mds(dir, &secret_file, port, &c.iods)
+        };
+        let (pid, now) = started.with_context(|| format!("restarting the {what} of {} ({addr})", dir.display()))?;
+        c.pids[i] = pid;
+        write_cluster(dir, &c)?;
+        println!("  restarted the {what} ({now}), which was down");
+    }
+    if let Some(mnt) = mount {
+        if mount::state(mnt) != mount::MountState::Live {
+            mount::clear_stale(mnt)?;
+            std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
+            let s = |x: &Path| x.to_string_lossy().into_owned();
+            let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
+            spawn_until(&args, &dir.join("mount.log"), "mounted on ")
+                .with_context(|| format!("the cluster runs, but mounting it on {} failed", mnt.display()))?;
+            println!("  mounted on {}", mnt.display());
+        }
+    }
+    println!(
+        "parcache cluster in {}: metadata server {}, {} data servers",
+        dir.display(),
+        c.mds,
+        c.iods.len()
+    );
+    Ok(())
+}
+
+/// Starts data server `i` of the cluster in `dir` on `port` (0: any).
+fn start_iod(i: usize, dir: &Path, secret_file: &Path, port: u16) -> Result<(u32, String)> {
+    let s = |x: &Path| x.to_string_lossy().into_owned();
+    let d = dir.join(format!("iod-{i}"));
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    let args = vec![
+        "iod".into(),
+        "--data".into(),
+        s(&d),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--secret-file".into(),
+        s(secret_file),
+    ];
+    spawn_until(&args, &dir.join(format!("iod-{i}.log")), "listening on ")
+}
+
+/// Starts the metadata server of the cluster in `dir` on `port` (0: any),
+/// with its data servers at `iods`.
+fn start_mds(dir: &Path, secret_file: &Path, port: u16, iods: &[String]) -> Result<(u32, String)> {
+    let s = |x: &Path| x.to_string_lossy().into_owned();
+    let d = dir.join("mds");
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    let mut args = vec![
+        "mds".into(),
+        "--data".into(),
+        s(&d),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--secret-file".into(),
+        s(secret_file),
+    ];
+    for addr in iods {
+        args.push("--iod".into());
+        args.push(addr.clone());
+    }
+    spawn_until(&args, &dir.join("mds.log"), "listening on ")
+}
+
 /// Starts the data servers, then the metadata server, recording each in
 /// DIR/cluster.json as it starts.
 fn start_servers(
@@ -260,40 +356,13 @@ fn start_servers(
     port: &dyn Fn(usize) -> u16,
     c: &mut ClusterFile,
 ) -> Result<()> {
-    let s = |x: &Path| x.to_string_lossy().into_owned();
     for i in 0..iods as usize {
-        let d = dir.join(format!("iod-{i}"));
-        std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-        let args = vec![
-            "iod".into(),
-            "--data".into(),
-            s(&d),
-            "--listen".into(),
-            format!("127.0.0.1:{}", port(1 + i)),
-            "--secret-file".into(),
-            s(secret_file),
-        ];
-        let (pid, addr) = spawn_until(&args, &dir.join(format!("iod-{i}.log")), "listening on ")?;
+        let (pid, addr) = start_iod(i, dir, secret_file, port(1 + i))?;
         c.pids.push(pid);
         c.iods.push(addr);
         write_cluster(dir, c)?;
     }
-    let d = dir.join("mds");
-    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    let mut args = vec![
-        "mds".into(),
-        "--data".into(),
-        s(&d),
-        "--listen".into(),
-        format!("127.0.0.1:{}", port(0)),
-        "--secret-file".into(),
-        s(secret_file),
-    ];
-    for addr in &c.iods {
-        args.push("--iod".into());
-        args.push(addr.clone());
-    }
-    let (pid, mds) = spawn_until(&args, &dir.join("mds.log"), "listening on ")?;
+    let (pid, mds) = start_mds(dir, secret_file, port(0), &c.iods)?;
     c.pids.push(pid);
     c.mds = mds;
     write_cluster(dir, c)

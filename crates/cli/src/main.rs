@@ -48,7 +48,8 @@ enum Command {
     /// Create a new cluster secret file.
     Secret(daemon::SecretArgs),
     /// Start a whole cluster on this host (a metadata server and N data
-    /// servers under DIR); run again on the same DIR to restart it.
+    /// servers under DIR); run again on the same DIR to restart it, or
+    /// to restart those of its servers that are down.
     Up(cluster::UpArgs),
     /// Stop the cluster in DIR (servers flush their logs first).
     Down(cluster::DataArg),
