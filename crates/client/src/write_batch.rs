@@ -1,5 +1,5 @@
-//! Write-backs to one data server that are made together go as one
-//! request per run of adjacent whole blocks.
+//! Write-backs to one data server that wait together go as one request per
+//! run of adjacent whole blocks.
 //!
 //! A node cache writes its dirty blocks down one by one (each block's
 //! write-back is its own task), yet a sequential writer fills many blocks
@@ -8,15 +8,14 @@
 //! apart, each block cost its data server a request: a receive, a hop to
 //! a blocking thread for the write and back, an answer (about 3 thread
 //! switches per 64 KiB block; issue 14). Here each data server has a
-//! queue: a sequential writer's whole block (of the file the server was
-//! last written for, within 1 MiB of where that write ended) starts a
-//! sender, which lets the write-backs started with it join, then takes
-//! what waits and sends it as runs; a write-back arriving meanwhile starts
-//! the next batch at once, so none waits for another's answer. Any other
-//! write (a partial block, a small file's, a random writer's) is sent
-//! alone at once, with no hop to a sender. The node cache never has two
-//! write-backs of one block in flight, so requests that overlap do not
-//! arrive together.
+//! queue: the first write-back to find it idle starts a sender, which lets
+//! the write-backs started with it join, then sends everything waiting,
+//! merged into runs, and goes on while more waits; one batch at a time
+//! per server. Only buffered writes of whole blocks are merged (a partial
+//! block goes through the server's log, a run of whole ones around it);
+//! the rest go alone. A write that overlaps one taken for a batch waits
+//! for the next, so overlapping writes reach the server in the order they
+//! came.
 
 use crate::data::server_error;
 use crate::peer::Peer;
@@ -47,17 +46,10 @@ pub(crate) struct ServerQueue {
 
 #[derive(Default)]
 struct State {
-    /// A sender is about to take what waits.
+    /// A sender is running (and will see what is pushed to `waiting`).
     sending: bool,
     waiting: Vec<Waiting>,
-    /// Where the last write ended (handle, offset): a whole block starting
-    /// near it is a sequential writer's.
-    last: Option<(u64, u64)>,
 }
-
-/// How far from where the last write ended a sequential writer's next one
-/// may start (a write's blocks go down in any order).
-const NEAR: u64 = 1 << 20;
 
 struct Waiting {
     handle: u64,
@@ -77,34 +69,21 @@ impl ServerQueue {
     }
 
     /// Writes `data` at `offset` of the handle's part on this server
-    /// (`WriteBuffered`), with whatever else a sequential writer sends it now.
+    /// (`WriteBuffered`), with whatever else waits for this server.
     pub(crate) async fn write(self: &Arc<Self>, handle: u64, offset: u64, data: Bytes) -> Result<()> {
         let (done, rx) = oneshot::channel();
-        let w = Waiting {
-            handle,
-            offset,
-            data,
-            done,
-        };
-        let alone = {
+        let start = {
             let mut st = self.state.lock();
-            let sequential = whole(&w, self.block)
-                && st
-                    .last
-                    .is_some_and(|(h, end)| h == handle && offset.abs_diff(end) <= NEAR);
-            st.last = Some((handle, offset + w.data.len() as u64));
-            if !sequential && !st.sending {
-                Some(w)
-            } else {
-                st.waiting.push(w);
-                if !std::mem::replace(&mut st.sending, true) {
-                    tokio::spawn(self.clone().send_all());
-                }
-                None
-            }
+            st.waiting.push(Waiting {
+                handle,
+                offset,
+                data,
+                done,
+            });
+            !std::mem::replace(&mut st.sending, true)
         };
-        if let Some(w) = alone {
-            self.send(vec![w]).await;
+        if start {
+            tokio::spawn(self.clone().send_all());
         }
         rx.await.unwrap_or_else(|_| {
             Err(FsError::Protocol(format!(
@@ -114,17 +93,22 @@ impl ServerQueue {
         })
     }
 
-    /// Sends what waits, once the write-backs started with the first joined.
+    /// Sends batches until nothing waits.
     async fn send_all(self: Arc<Self>) {
         // The write-backs started together with the first are queued
         // tasks: their turn comes before this one's next.
         tokio::task::yield_now().await;
-        let batch = {
-            let mut st = self.state.lock();
-            st.sending = false;
-            std::mem::take(&mut st.waiting)
-        };
-        join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
+        loop {
+            let batch = {
+                let mut st = self.state.lock();
+                if st.waiting.is_empty() {
+                    st.sending = false;
+                    return;
+                }
+                take_batch(&mut st.waiting)
+            };
+            join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
+        }
     }
 
     /// Sends one run and tells each of its writes how it went.
@@ -144,15 +128,31 @@ impl ServerQueue {
     }
 }
 
-/// Whether `w` is whole blocks of `block` bytes.
-fn whole(w: &Waiting, block: u64) -> bool {
-    w.offset.is_multiple_of(block) && (w.data.len() as u64).is_multiple_of(block) && !w.data.is_empty()
+/// Takes the writes waiting, in the order they came, up to the first that
+/// overlaps one taken (it, and what follows, wait for the next batch: the
+/// runs of a batch are sent at once, in no order).
+fn take_batch(waiting: &mut Vec<Waiting>) -> Vec<Waiting> {
+    let mut cut = waiting.len();
+    for (i, w) in waiting.iter().enumerate() {
+        let end = w.offset + w.data.len() as u64;
+        let overlaps = waiting[..i]
+            .iter()
+            .any(|t| t.handle == w.handle && t.offset < end && w.offset < t.offset + t.data.len() as u64);
+        if overlaps {
+            cut = i;
+            break;
+        }
+    }
+    let rest = waiting.split_off(cut);
+    std::mem::replace(waiting, rest)
 }
 
 /// Groups a batch into runs: adjacent whole blocks of one part, up to
 /// [`RUN_MAX`] bytes; anything else alone.
 fn runs(mut batch: Vec<Waiting>, block: u64) -> Vec<Vec<Waiting>> {
-    let whole = |w: &Waiting| whole(w, block);
+    let whole = |w: &Waiting| {
+        w.offset.is_multiple_of(block) && (w.data.len() as u64).is_multiple_of(block) && !w.data.is_empty()
+    };
     batch.sort_by_key(|w| (!whole(w), w.handle, w.offset));
     let mut out: Vec<Vec<Waiting>> = Vec::new();
     for w in batch {
@@ -233,5 +233,25 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].iter().map(|w| w.data.len()).sum::<usize>(), RUN_MAX);
         assert_eq!(r[1].len(), 3);
+    }
+
+    #[test]
+    fn a_write_overlapping_one_taken_waits_for_the_next_batch() {
+        let mut waiting: Vec<Waiting> = [(1, 0, 64), (1, 64, 64), (2, 0, 64), (1, 32, 64), (1, 128, 64)]
+            .into_iter()
+            .map(|(h, o, l)| w(h, o, l).0)
+            .collect();
+        let first = take_batch(&mut waiting);
+        assert_eq!(
+            first.iter().map(|w| (w.handle, w.offset)).collect::<Vec<_>>(),
+            vec![(1, 0), (1, 64), (2, 0)]
+        );
+        assert_eq!(
+            waiting.iter().map(|w| (w.handle, w.offset)).collect::<Vec<_>>(),
+            vec![(1, 32), (1, 128)]
+        );
+        let second = take_batch(&mut waiting);
+        assert_eq!(second.len(), 2);
+        assert!(waiting.is_empty());
     }
 }
