@@ -244,19 +244,9 @@ pub fn up(a: UpArgs) -> Result<()> {
         )));
     }
     if let Some(mnt) = &a.mount {
-        std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
-        let s = |x: &Path| x.to_string_lossy().into_owned();
-        let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
-        spawn_until(&args, &dir.join("mount.log"), "mounted on ")
-            .with_context(|| format!("the cluster runs, but mounting it on {} failed", mnt.display()))?;
-        println!("  mounted on {}", mnt.display());
+        mount_cluster(dir, mnt)?;
     }
-    println!(
-        "parcache cluster in {}: metadata server {}, {} data servers",
-        dir.display(),
-        c.mds,
-        c.iods.len()
-    );
+    said_up(dir, &c);
     println!("  copy in:  parcache cp --data {} ./file pc:/file", dir.display());
     println!("  stop:     parcache down --data {}", dir.display());
     Ok(())
@@ -291,21 +281,33 @@ fn restart_down(dir: &Path, mut c: ClusterFile, mount: Option<&Path>) -> Result<
     if let Some(mnt) = mount {
         if mount::state(mnt) != mount::MountState::Live {
             mount::clear_stale(mnt)?;
-            std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
-            let s = |x: &Path| x.to_string_lossy().into_owned();
-            let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
-            spawn_until(&args, &dir.join("mount.log"), "mounted on ")
-                .with_context(|| format!("the cluster runs, but mounting it on {} failed", mnt.display()))?;
-            println!("  mounted on {}", mnt.display());
+            mount_cluster(dir, mnt)?;
         }
     }
+    said_up(dir, &c);
+    Ok(())
+}
+
+/// Mounts the running cluster in `dir` on `mnt` (a `parcache mount`
+/// process of its own).
+fn mount_cluster(dir: &Path, mnt: &Path) -> Result<()> {
+    std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
+    let s = |x: &Path| x.to_string_lossy().into_owned();
+    let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
+    spawn_until(&args, &dir.join("mount.log"), "mounted on ")
+        .with_context(|| format!("the cluster runs, but mounting it on {} failed", mnt.display()))?;
+    println!("  mounted on {}", mnt.display());
+    Ok(())
+}
+
+/// Says where the cluster's servers are.
+fn said_up(dir: &Path, c: &ClusterFile) {
     println!(
         "parcache cluster in {}: metadata server {}, {} data servers",
         dir.display(),
         c.mds,
         c.iods.len()
     );
-    Ok(())
 }
 
 /// Starts data server `i` of the cluster in `dir` on `port` (0: any).
