@@ -312,29 +312,31 @@ fn said_up(dir: &Path, c: &ClusterFile) {
 
 /// Starts data server `i` of the cluster in `dir` on `port` (0: any).
 fn start_iod(i: usize, dir: &Path, secret_file: &Path, port: u16) -> Result<(u32, String)> {
-    let s = |x: &Path| x.to_string_lossy().into_owned();
-    let d = dir.join(format!("iod-{i}"));
-    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    let args = vec![
-        "iod".into(),
-        "--data".into(),
-        s(&d),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--secret-file".into(),
-        s(secret_file),
-    ];
-    spawn_until(&args, &dir.join(format!("iod-{i}.log")), "listening on ")
+    start_server("iod", &format!("iod-{i}"), dir, secret_file, port, Vec::new())
 }
 
 /// Starts the metadata server of the cluster in `dir` on `port` (0: any),
 /// with its data servers at `iods`.
 fn start_mds(dir: &Path, secret_file: &Path, port: u16, iods: &[String]) -> Result<(u32, String)> {
+    let extra = iods.iter().flat_map(|a| ["--iod".to_string(), a.clone()]).collect();
+    start_server("mds", "mds", dir, secret_file, port, extra)
+}
+
+/// Starts `parcache ROLE` with its data in `dir/NAME` and its log in
+/// `dir/NAME.log`, listening on loopback at `port`, with `extra` arguments.
+fn start_server(
+    role: &str,
+    name: &str,
+    dir: &Path,
+    secret_file: &Path,
+    port: u16,
+    extra: Vec<String>,
+) -> Result<(u32, String)> {
     let s = |x: &Path| x.to_string_lossy().into_owned();
-    let d = dir.join("mds");
+    let d = dir.join(name);
     std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
     let mut args = vec![
-        "mds".into(),
+        role.to_string(),
         "--data".into(),
         s(&d),
         "--listen".into(),
@@ -342,11 +344,8 @@ fn start_mds(dir: &Path, secret_file: &Path, port: u16, iods: &[String]) -> Resu
         "--secret-file".into(),
         s(secret_file),
     ];
-    for addr in iods {
-        args.push("--iod".into());
-        args.push(addr.clone());
-    }
-    spawn_until(&args, &dir.join("mds.log"), "listening on ")
+    args.extend(extra);
+    spawn_until(&args, &dir.join(format!("{name}.log")), "listening on ")
 }
 
 /// Starts the data servers, then the metadata server, recording each in
