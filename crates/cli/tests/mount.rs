@@ -424,6 +424,111 @@ fn fsx_random_operations_under_every_write_policy() {
     finish(base, cluster, a, b);
 }
 
+/// A `stat` racing a `close` of the same file elsewhere: here a forked
+/// child closing its copy of the descriptor as it execs, as any threaded
+/// program that starts commands makes happen. The mount answered the
+/// `stat` with the size from before the close's size report (sent first,
+/// answered after it), and the kernel took it: the file looked cut back
+/// to its last truncate's size. Under `close-to-open` (the close reports).
+#[test]
+fn a_stat_racing_a_close_elsewhere_sees_every_write() {
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (base, cluster) = up("statrace", "2");
+    let m = Mounted::new(&cluster.0, base.join("m"));
+    let path = m.p("f");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let children = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                Command::new("true").status().unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(11);
+    let mut size = 0u64;
+    let mut last: Vec<String> = vec![];
+    for i in 0..12_000 {
+        match rng.gen_range(0..4) {
+            0 => {
+                size = rng.gen_range(0..600_000);
+                f.set_len(size).unwrap();
+                last.push(format!("truncate {size}"));
+            }
+            1 | 2 => {
+                let off = rng.gen_range(0..600_000u64);
+                let len = rng.gen_range(1..70_000usize);
+                f.write_all_at(&vec![i as u8; len], off).unwrap();
+                size = size.max(off + len as u64);
+                last.push(format!("write {off}+{len}"));
+            }
+            _ => {
+                let got = f.metadata().unwrap().len();
+                assert_eq!(
+                    got,
+                    size,
+                    "op {i}: stat (last ops {:?})",
+                    &last[last.len().saturating_sub(6)..]
+                );
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let started = children.join().unwrap();
+    assert!(started > 0);
+    drop(f);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+    m.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `posix_fallocate` of a file's first 4 KiB after writing 1 MB to it and
+/// `fsync` cut the file to 4 KiB, and `SEEK_HOLE` said 4096: the mount
+/// took the size from the attributes the open saw, older than the
+/// fsync's report. Extending past the end still extends.
+#[test]
+fn fallocate_and_seek_hole_after_fsync_keep_the_whole_file() {
+    use rustix::fs::{FallocateFlags, SeekFrom as Seek};
+    let (base, cluster) = up("falloc", "2");
+    let m = Mounted::new(&cluster.0, base.join("m"));
+    let path = m.p("f");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    let data = pattern(1 << 20, 5);
+    f.write_all_at(&data, 0).unwrap();
+    f.sync_all().unwrap();
+    rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, 4096).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20, "fallocate within the file");
+    assert_eq!(rustix::fs::seek(&f, Seek::Hole(0)).unwrap(), 1 << 20, "SEEK_HOLE");
+    rustix::fs::fallocate(&f, FallocateFlags::empty(), 0, 3 << 19).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 3 << 19, "fallocate past the end");
+    drop(f);
+    let got = std::fs::read(&path).unwrap();
+    assert_eq!(got.len(), 3 << 19);
+    assert!(got[..1 << 20] == data[..], "the written bytes stay");
+    assert!(got[1 << 20..].iter().all(|&b| b == 0), "the extension reads as zeros");
+    m.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// `sprite` consistency between two mounts (two nodes), as Biswas et al.
 /// 1993 §2 describe it: a reader on one node gets the last writer's dirty
 /// blocks (recalled at open, though the writer's close pushed nothing under

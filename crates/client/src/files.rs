@@ -756,7 +756,7 @@ impl Fs {
     /// removes a file to make room expects.
     pub(crate) async fn remove_data(&self, a: &Attr) -> Result<()> {
         self.nv_forget(a.handle).await;
-        let size = a.size.max(self.local_size(a.handle).unwrap_or(0));
+        let size = self.size_of(a);
         let known = {
             let mut files = self.files.lock();
             let known = files.remove(&a.handle);
@@ -806,6 +806,17 @@ impl Fs {
         let _all = self.removing.acquire_many(REMOVING as u32).await;
     }
 
+    /// The file's size for the metadata server's answer `a`: what this node
+    /// wrote and has not reported yet counts, and an answer older than a
+    /// report or truncate of this node's shows that one's size
+    /// ([`NodeFile::size_for`]).
+    pub fn size_of(&self, a: &Attr) -> u64 {
+        self.files
+            .lock()
+            .get(&a.handle)
+            .map_or(a.size, |s| s.file.size_for(view(a)))
+    }
+
     /// The size of a file as this node wrote it, while the metadata server
     /// does not know it yet (`None` when it does).
     pub fn local_size(&self, handle: u64) -> Option<u64> {
@@ -820,15 +831,33 @@ impl Fs {
     /// blocks of the file are dropped, the data servers cut or extend their
     /// parts and the metadata server records the size.
     pub async fn truncate(&self, a: &Attr, size: u64) -> Result<Attr> {
-        let what = self.what(a.handle);
         let st = self.state(a).await?;
         let _alone = st.gate.write().await;
+        self.truncate_alone(&st, a, size).await
+    }
+
+    /// Extends a file to `size` if it is shorter (`fallocate`): the size
+    /// is checked with no write of this node in between, so a file longer
+    /// than `size` is never cut. `None` if it was long enough.
+    pub async fn extend(&self, a: &Attr, size: u64) -> Result<Option<Attr>> {
+        let st = self.state(a).await?;
+        let _alone = st.gate.write().await;
+        let now = self.getattr(a.handle).await?;
+        if self.size_of(&now) >= size {
+            return Ok(None);
+        }
+        self.truncate_alone(&st, a, size).await.map(Some)
+    }
+
+    /// [`Fs::truncate`] with the file's gate held.
+    async fn truncate_alone(&self, st: &FileState, a: &Attr, size: u64) -> Result<Attr> {
+        let what = self.what(a.handle);
         st.pool
             .flush_file(a.handle)
             .await
             .map_err(|e| from_below(what.clone(), e))?;
         st.pool.discard_file(a.handle, 0).await;
-        match Self::cas_of(&st) {
+        match Self::cas_of(st) {
             Some((p, chunk)) => self.cas_truncate(a, p, chunk, size).await?,
             None => self.data.truncate(a.handle, size).await?,
         }

@@ -380,7 +380,7 @@ fn special(mode: u32) -> Option<FileKind> {
 /// The kernel's view of a file: the size includes this node's writes not
 /// yet reported to the metadata server.
 fn file_attr(fs: &Fs, a: &Attr) -> FileAttr {
-    let size = a.size.max(fs.local_size(a.handle).unwrap_or(0));
+    let size = fs.size_of(a);
     FileAttr {
         ino: a.handle,
         size,
@@ -1034,9 +1034,7 @@ impl Filesystem for Mount {
         self.done(
             async move {
                 let a = attr.await?;
-                let size = a.size.max(fs.local_size(ino).unwrap_or(0));
-                if end > size {
-                    let t = fs.truncate(&a, end).await?;
+                if let Some(t) = fs.extend(&a, end).await? {
                     if let Some(e) = open.lock().get_mut(&ino) {
                         e.0 = t;
                     }
@@ -1060,7 +1058,7 @@ impl Filesystem for Mount {
         let attr = self.attr_of(ino);
         self.run(async move {
             let size = match attr.await {
-                Ok(a) => a.size.max(fs.local_size(ino).unwrap_or(0)),
+                Ok(a) => fs.size_of(&a),
                 Err(e) => return reply.error(errno(&e)),
             };
             match whence {

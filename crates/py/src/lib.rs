@@ -310,7 +310,7 @@ impl Client {
                 self.rt.block_on(async {
                     let a = fs.resolve(path).await?;
                     let a = fs.open(&a, false).await?;
-                    let size = a.size.max(fs.local_size(a.handle).unwrap_or(0));
+                    let size = fs.size_of(&a);
                     let d = fs.read_at(&a, 0, size).await;
                     fs.close(&a, false).await?;
                     d

@@ -233,6 +233,11 @@ pub struct NodeFile {
     /// falls back to, so no size is ever reported beyond the bytes the data
     /// servers acknowledged.
     pub known_size: u64,
+    /// The version the metadata server gave with `known_size`. An answer
+    /// of the server at an older version was sent before that one and
+    /// overtaken by it (a `getattr` racing a size report made by another
+    /// thread's `close`): its size is stale ([`NodeFile::size_for`]).
+    pub known_version: u64,
     /// Writes this node made to the file, counted.
     pub writes: u64,
     /// How many of those writes a size report has covered. Until it has,
@@ -263,6 +268,7 @@ impl NodeFile {
         NodeFile {
             size: server.size,
             known_size: server.size,
+            known_version: server.version,
             writes: 0,
             reported: 0,
             version: server.version,
@@ -299,7 +305,36 @@ impl NodeFile {
             self.kernel = Some(self.version);
         }
         self.reported = self.reported.max(upto);
-        self.known_size = after.size;
+        self.learned(after);
+    }
+
+    /// The server's view as an answer gave it: kept unless an answer at a
+    /// newer version came first (two reports in flight at once may be
+    /// answered in either order).
+    fn learned(&mut self, server: ServerView) {
+        if server.version >= self.known_version {
+            self.known_size = server.size;
+            self.known_version = server.version;
+        }
+    }
+
+    /// The file's size to show for the server's answer `server`: the size
+    /// of the newest answer this node has (an older one was overtaken by a
+    /// report or truncate of this node's), and at least what this node
+    /// wrote and has not reported yet. Without the first, a `stat` whose
+    /// answer was overtaken by another thread's `close` showed the size
+    /// before the close's report, and the kernel cut the file to it.
+    pub fn size_for(&self, server: ServerView) -> u64 {
+        let known = if server.version < self.known_version {
+            self.known_size
+        } else {
+            server.size
+        };
+        if self.unreported() {
+            known.max(self.size)
+        } else {
+            known
+        }
     }
 
     /// Dirty blocks did not reach the data servers (they were dropped): the
@@ -315,6 +350,7 @@ impl NodeFile {
         self.kernel = None;
         self.size = size;
         self.known_size = size;
+        self.known_version = version;
         self.reported = self.writes;
         self.version = version;
     }
@@ -326,6 +362,7 @@ impl NodeFile {
         self.version = server.version;
         self.size = server.size;
         self.known_size = server.size;
+        self.known_version = server.version;
         self.validated_at = now;
     }
 
@@ -524,6 +561,38 @@ pub fn stop_caching(file: &mut NodeFile) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server's answer overtaken by a report or truncate of this node's
+    /// shows the newer size; unreported writes count; another node's newer
+    /// change shows as it is (found with a `stat` racing a `close` made by
+    /// a forked child: the file looked cut to its size before the close).
+    #[test]
+    fn an_answer_overtaken_by_a_report_shows_the_reported_size() {
+        let at = |size, version| ServerView { size, version };
+        let mut f = NodeFile::new(at(100, 1), Time::ZERO);
+        f.wrote(500);
+        assert_eq!(f.size_for(at(100, 1)), 500, "written, not reported");
+        // A getattr is sent (version 1); a close reports 500 (version 2)
+        // and is answered first.
+        let upto = f.writes;
+        f.reported(upto, at(500, 2));
+        assert_eq!(f.size_for(at(100, 1)), 500, "the getattr's answer is older");
+        assert_eq!(f.size_for(at(500, 2)), 500);
+        // Two reports in flight, answered in the other order.
+        f.wrote(700);
+        f.wrote(900);
+        f.reported(f.writes, at(900, 4));
+        f.reported(f.writes - 1, at(700, 3));
+        assert_eq!((f.known_size, f.known_version), (900, 4), "the newer answer stays");
+        assert_eq!(f.size_for(at(500, 2)), 900);
+        // Another node cut the file after that: its answer is newer.
+        assert_eq!(f.size_for(at(10, 5)), 10);
+        // This node cuts it: an answer from before the cut is stale.
+        f.truncated(50, 6);
+        assert_eq!(f.size_for(at(10, 5)), 50);
+        f.wrote(60);
+        assert_eq!(f.size_for(at(50, 6)), 60);
+    }
 
     /// The kernel keeps a file's pages across opens only while the node's
     /// validated version is the one they were filled at: this node's own
