@@ -3,6 +3,8 @@
 //! flight at once, and bounded retries of a server that went away.
 
 use crate::peer::Peer;
+use crate::read_batch::ReadQueue;
+use crate::write_batch::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
@@ -10,6 +12,14 @@ use parcache_driver::{join_all, Below, BelowError};
 use parcache_proto::{ErrorReply, Payload, Request, Response, Secret};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A write's bytes: lent by the caller, or shared by reference count.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Slice(&'a [u8]),
+    Shared(&'a Bytes),
+}
 
 /// One server's share of a write: where it starts there, and its chunks.
 type ServerPart = (u64, Vec<std::ops::Range<usize>>);
@@ -24,7 +34,11 @@ pub struct Placement {
 /// The connections to the data servers, and where each open file's
 /// stripes are (the node cache's level below).
 pub struct DataPath {
-    iods: Vec<Peer>,
+    iods: Vec<Arc<Peer>>,
+    /// Each data server's queue of buffered whole-block writes.
+    batches: Vec<Arc<ServerQueue>>,
+    /// Each data server's queue of block fetches.
+    reads: Vec<Arc<ReadQueue>>,
     placements: SyncMutex<HashMap<u64, Known>>,
     /// Files this node created (this process) and has sent no write,
     /// truncate or extension for: none of their parts can come from it.
@@ -52,12 +66,23 @@ struct Known {
 
 impl DataPath {
     pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32) -> Self {
+        let iods: Vec<Arc<Peer>> = addrs
+            .into_iter()
+            .enumerate()
+            .map(|(i, addr)| Arc::new(Peer::new(format!("data server {i}"), addr, secret.clone())))
+            .collect();
         DataPath {
-            iods: addrs
-                .into_iter()
+            batches: iods
+                .iter()
                 .enumerate()
-                .map(|(i, addr)| Peer::new(format!("data server {i}"), addr, secret.clone()))
+                .map(|(i, p)| ServerQueue::new(p.clone(), i as u32, block_size))
                 .collect(),
+            reads: iods
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ReadQueue::new(p.clone(), i as u32, block_size))
+                .collect(),
+            iods,
             placements: SyncMutex::new(HashMap::new()),
             fresh: SyncMutex::new(HashSet::new()),
             block_size,
@@ -189,20 +214,20 @@ impl DataPath {
     /// server's part is durable in its log (`nv=on` files: Biswas et al.
     /// 1993 §2.2, a block leaves a node's NV cache only for stable storage).
     pub async fn write_with(&self, handle: u64, offset: u64, data: &[u8], durable: bool) -> Result<()> {
-        self.write_payload(handle, offset, Payload::Slice(data), durable).await
+        self.write_payload(handle, offset, Src::Slice(data), durable).await
     }
 
     /// [`DataPath::write_with`] of bytes shared by reference count: a
     /// server's part that is one piece of them is sent uncopied.
     pub async fn write_shared(&self, handle: u64, offset: u64, data: &Bytes, durable: bool) -> Result<()> {
-        self.write_payload(handle, offset, Payload::Shared(data), durable).await
+        self.write_payload(handle, offset, Src::Shared(data), durable).await
     }
 
-    async fn write_payload(&self, handle: u64, offset: u64, data: Payload<'_>, durable: bool) -> Result<()> {
+    async fn write_payload(&self, handle: u64, offset: u64, data: Src<'_>, durable: bool) -> Result<()> {
         self.touch(handle);
         let all: &[u8] = match data {
-            Payload::Slice(d) => d,
-            Payload::Shared(b) => b,
+            Src::Slice(d) => d,
+            Src::Shared(b) => b,
         };
         if all.is_empty() {
             return Ok(());
@@ -222,8 +247,8 @@ impl DataPath {
             let (server_offset, ranges) = part?;
             // A borrowed piece stays borrowed (the frame copies it once).
             let buf: std::result::Result<Bytes, &[u8]> = match (ranges.as_slice(), data) {
-                ([one], Payload::Shared(b)) => Ok(b.slice(one.clone())),
-                ([one], Payload::Slice(d)) => Err(&d[one.clone()]),
+                ([one], Src::Shared(b)) => Ok(b.slice(one.clone())),
+                ([one], Src::Slice(d)) => Err(&d[one.clone()]),
                 (many, _) => Ok(many
                     .iter()
                     .flat_map(|r| &all[r.clone()])
@@ -244,6 +269,10 @@ impl DataPath {
             };
             let s = p.servers[pos];
             Some(async move {
+                if let (Ok(b), false, Some(q)) = (&buf, durable, self.batches.get(s as usize)) {
+                    // Buffered and shared: with what else waits for it.
+                    return q.write(handle, server_offset, b.clone()).await;
+                }
                 let payload = match &buf {
                     Ok(b) => Payload::Shared(b),
                     Err(d) => Payload::Slice(d),
@@ -315,9 +344,13 @@ impl DataPath {
         let mut chunks = k.placement.layout.chunks(offset, len);
         match (chunks.next(), chunks.next()) {
             (Some(c), None) => {
-                let mut got = self
-                    .read_span(handle, &k, c.server as usize, c.server_offset, c.len)
-                    .await?;
+                let pos = c.server as usize;
+                let s = k.placement.servers[pos];
+                let need = need(&k, pos, c.server_offset, c.len);
+                let mut got = match self.reads.get(s as usize) {
+                    Some(q) => q.read(handle, c.server_offset, c.len, need).await?,
+                    None => self.read_span(handle, &k, pos, c.server_offset, c.len).await?,
+                };
                 got.truncate(c.len as usize);
                 Ok(got)
             }
@@ -328,17 +361,12 @@ impl DataPath {
     /// Bytes `off..off + n` of the part on the layout's server `pos`: what
     /// the part holds of them (short at its end).
     async fn read_span(&self, handle: u64, k: &Known, pos: usize, off: u64, n: u64) -> Result<Bytes> {
-        let p = &k.placement;
-        let s = p.servers[pos];
-        // The part must hold the bytes of this range that lie within the
-        // file's size.
-        let part = p.layout.server_bytes(k.size, pos as u32);
-        let need = if part > off { part.min(off + n) } else { 0 };
+        let s = k.placement.servers[pos];
         let req = Request::Read {
             handle,
             offset: off,
             len: n,
-            need,
+            need: need(k, pos, off, n),
         };
         match self.call(s, &req, &[]).await? {
             (Response::Data { .. }, d) => Ok(d),
@@ -394,8 +422,20 @@ impl DataPath {
 
 /// The error for the node cache, without the file's name (the client
 /// puts the name in front).
+/// How much of the part on the layout's server `pos` a read of `off..off +
+/// n` there needs it to hold: the bytes of the range that lie within the
+/// file's size.
+fn need(k: &Known, pos: usize, off: u64, n: u64) -> u64 {
+    let part = k.placement.layout.server_bytes(k.size, pos as u32);
+    if part > off {
+        part.min(off + n)
+    } else {
+        0
+    }
+}
+
 /// A data server's error reply, naming the file (`what`) and the server.
-fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
+pub(crate) fn server_error(what: &str, s: u32, e: ErrorReply) -> FsError {
     FsError::Remote {
         path: what.to_string(),
         code: e.code,

@@ -19,7 +19,9 @@ mod namespace;
 mod nv;
 mod peer;
 pub mod policies;
+mod read_batch;
 mod tier;
+mod write_batch;
 
 pub use data::{DataPath, Placement};
 pub use nv::{NvConfig, NvStats};
@@ -43,7 +45,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use thiserror::Error;
 
-#[derive(Debug, Error)]
+#[derive(Debug, Error, Clone)]
 pub enum FsError {
     #[error("{path}: {message}")]
     Remote {

@@ -27,6 +27,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod handover;
 mod leases;
 mod recorder;
 use leases::{KernelLeases, Ticket};
@@ -229,16 +230,10 @@ impl Mount {
     /// node's caches (a write into the node cache, a cached read, an open
     /// after its lookup, a close of a file read) then costs no hand-over
     /// to another thread, which on this machine took longer than the work;
-    /// one that waits has its request sent before the hand-over.
+    /// one that waits has its request sent before the hand-over, which
+    /// happens when its answer wakes it ([`handover`]).
     fn run<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
-        let mut f = Box::pin(f);
-        let _in_runtime = self.rt.enter();
-        // A wake-up before the runtime's first poll of it is not needed:
-        // that poll sees whatever happened.
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        if f.as_mut().poll(&mut cx).is_pending() {
-            self.rt.spawn(f);
-        }
+        handover::run_here(&self.rt, f);
     }
 
     /// Answers a request with much data to copy on the runtime's threads,

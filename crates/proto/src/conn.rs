@@ -7,7 +7,7 @@ use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::buf_pool::BufPool;
 use crate::frame::{encode, encode_head, read_frame_pooled, FrameError};
 use crate::msg::{ErrorCode, Request, Response};
-use crate::outbox::Outbox;
+use crate::outbox::{Frame, Outbox};
 use crate::transport::{self, Stream};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -16,6 +16,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
+use tokio::io::BufReader;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
@@ -26,11 +27,20 @@ pub enum Payload<'a> {
     Slice(&'a [u8]),
     /// Bytes shared by reference count: over 4 KiB, sent uncopied.
     Shared(&'a Bytes),
+    /// Several pieces sent one after another as one payload, uncopied.
+    Pieces(&'a [Bytes]),
 }
 
 /// Payloads up to this size are copied in after the header (one
 /// buffer, one plain write); larger ones are written after it uncopied.
 const INLINE_PAYLOAD: usize = 4096;
+
+/// Bytes a connection's reader asks the socket for at once: a small frame
+/// (a metadata request, an answer with no data) and its length arrive in
+/// one `recv`, where reading the length first took two, and several
+/// frames already there in one. A large payload is read past this buffer,
+/// straight into its own.
+const READ_BUF: usize = 8 << 10;
 
 #[derive(Debug, Error, Clone)]
 pub enum ConnError {
@@ -129,7 +139,8 @@ impl Client {
     /// Runs an authenticated stream: its writer and reader tasks.
     fn start(addr: &str, s: Stream) -> Client {
         let local = s.is_local();
-        let (mut r, w) = s.into_split();
+        let (r, w) = s.into_split();
+        let mut r = BufReader::with_capacity(READ_BUF, r);
         let (out, writer) = Outbox::new(w);
         let inner = Arc::new(Inner {
             addr: addr.to_string(),
@@ -196,12 +207,16 @@ impl Client {
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Reply {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let too_large = |e: FrameError| ConnError::TooLarge(e.to_string());
-        let frame = match data {
+        let frame: Frame = match data {
             Payload::Shared(b) if b.len() > INLINE_PAYLOAD => {
-                (encode_head(id, req, b.len(), 0).map_err(too_large)?, b.clone())
+                (encode_head(id, req, b.len(), 0).map_err(too_large)?, b.clone()).into()
             }
-            Payload::Shared(b) => (encode(id, req, b).map_err(too_large)?, Bytes::new()),
-            Payload::Slice(d) => (encode(id, req, d).map_err(too_large)?, Bytes::new()),
+            Payload::Shared(b) => (encode(id, req, b).map_err(too_large)?, Bytes::new()).into(),
+            Payload::Slice(d) => (encode(id, req, d).map_err(too_large)?, Bytes::new()).into(),
+            Payload::Pieces(p) => {
+                let len = p.iter().map(|b| b.len()).sum();
+                Frame::pieces(encode_head(id, req, len, 0).map_err(too_large)?, p)
+            }
         };
         let (tx, rx) = oneshot::channel();
         self.inner.pending.lock().insert(id, tx);
@@ -302,7 +317,8 @@ async fn connection<H: Handler>(
         }
         return;
     }
-    let (mut r, w) = stream.into_split();
+    let (r, w) = stream.into_split();
+    let mut r = BufReader::with_capacity(READ_BUF, r);
     // A reply is its encoded head and its payload, written together with
     // one vectored write: the payload (a block read) is not copied again.
     let (tx, writer) = Outbox::new(w);

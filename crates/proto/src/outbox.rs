@@ -13,8 +13,41 @@ use std::io::{self, IoSlice};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-/// A frame: its encoded head, and a payload written after it uncopied.
-pub(crate) type Frame = (BytesMut, Bytes);
+/// A frame: its encoded head, and a payload written after it uncopied, in
+/// one piece or several (a run of blocks from different buffers).
+pub(crate) struct Frame {
+    head: BytesMut,
+    body: Bytes,
+    more: Vec<Bytes>,
+}
+
+impl Frame {
+    /// A frame whose payload is `pieces`, one after another.
+    pub(crate) fn pieces(head: BytesMut, pieces: &[Bytes]) -> Frame {
+        Frame {
+            head,
+            body: Bytes::new(),
+            more: pieces.to_vec(),
+        }
+    }
+
+    fn is_sent(&self) -> bool {
+        !self.head.has_remaining() && !self.body.has_remaining() && self.more.iter().all(|b| b.is_empty())
+    }
+}
+
+impl From<(BytesMut, Bytes)> for Frame {
+    fn from((head, body): (BytesMut, Bytes)) -> Frame {
+        Frame {
+            head,
+            body,
+            more: Vec::new(),
+        }
+    }
+}
+
+/// Buffers given to one vectored write at most.
+const SLICES: usize = 18;
 
 /// Where frames go: a socket's sending side (a fake in tests).
 pub(crate) trait Sink: Send + Sync + 'static {
@@ -76,7 +109,8 @@ impl<W: Sink> Outbox<W> {
     /// Sends a frame: written now if nothing is queued before it and the
     /// socket takes it, else (its rest) queued for the writer task. Fails
     /// with the reason once a write has failed.
-    pub(crate) fn send(&self, mut f: Frame) -> Result<(), String> {
+    pub(crate) fn send(&self, f: impl Into<Frame>) -> Result<(), String> {
+        let mut f = f.into();
         let sh = &self.0 .0;
         let mut q = sh.q.lock();
         if let Some(e) = &q.failed {
@@ -107,11 +141,20 @@ impl<W: Sink> Outbox<W> {
 /// all of it went.
 fn write_now(s: &impl Sink, f: &mut Frame) -> io::Result<bool> {
     loop {
-        if !f.0.has_remaining() && !f.1.has_remaining() {
+        if f.is_sent() {
             return Ok(true);
         }
-        let slices = [IoSlice::new(&f.0), IoSlice::new(&f.1)];
-        match s.try_write_vectored(&slices) {
+        let mut slices = [IoSlice::new(&[]); SLICES];
+        let all = [&f.head[..], &f.body[..]]
+            .into_iter()
+            .chain(f.more.iter().map(|b| &b[..]))
+            .filter(|b| !b.is_empty());
+        let mut n = 0;
+        for (slot, b) in slices.iter_mut().zip(all) {
+            *slot = IoSlice::new(b);
+            n += 1;
+        }
+        match s.try_write_vectored(&slices[..n]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => advance(f, n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -121,10 +164,15 @@ fn write_now(s: &impl Sink, f: &mut Frame) -> io::Result<bool> {
     }
 }
 
-fn advance(f: &mut Frame, n: usize) {
-    let head = n.min(f.0.len());
-    f.0.advance(head);
-    f.1.advance(n - head);
+fn advance(f: &mut Frame, mut n: usize) {
+    let head = n.min(f.head.len());
+    f.head.advance(head);
+    n -= head;
+    for b in std::iter::once(&mut f.body).chain(f.more.iter_mut()) {
+        let k = n.min(b.len());
+        b.advance(k);
+        n -= k;
+    }
 }
 
 /// The writer task: writes queued frames in order, waiting for the socket
@@ -279,7 +327,7 @@ mod tests {
     }
 
     fn frame(head: &[u8], payload: &[u8]) -> Frame {
-        (BytesMut::from(head), Bytes::copy_from_slice(payload))
+        (BytesMut::from(head), Bytes::copy_from_slice(payload)).into()
     }
 
     /// While the writer task waits to finish a frame the sink took only
@@ -306,6 +354,32 @@ mod tests {
         let mut want = b"AAAA".to_vec();
         want.extend_from_slice(&[b'a'; 96]);
         want.extend_from_slice(b"BBBBbbbbbb");
+        assert_eq!(*sink.out.lock(), want);
+    }
+
+    /// A payload in pieces (more than one vectored write takes, some
+    /// empty) arrives whole and in order, written a few bytes at a time.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_payload_in_pieces_arrives_in_order() {
+        let sink = Arc::new(Fake::default());
+        *sink.room.lock() = 13;
+        let (out, writer) = Outbox::new(sink.clone());
+        let writer = tokio::spawn(writer);
+        let pieces: Vec<Bytes> = (0..40u8).map(|i| Bytes::from(vec![i; (i as usize * 7) % 11])).collect();
+        out.send(Frame::pieces(BytesMut::from(&b"HEAD"[..]), &pieces)).unwrap();
+        out.send(frame(b"NEXT", b"tail")).unwrap();
+        drop(out);
+        let mut want = b"HEAD".to_vec();
+        for p in &pieces {
+            want.extend_from_slice(p);
+        }
+        want.extend_from_slice(b"NEXTtail");
+        while sink.out.lock().len() < want.len() {
+            tokio::task::yield_now().await;
+            *sink.room.lock() = 13;
+            sink.more.notify_waiters();
+        }
+        writer.await.unwrap().unwrap();
         assert_eq!(*sink.out.lock(), want);
     }
 

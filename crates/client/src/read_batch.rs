@@ -1,0 +1,240 @@
+//! Block fetches from one data server made together go as one read per run
+//! of adjacent blocks.
+//!
+//! A node cache fetches each block it misses as its own request, yet a
+//! sequential reader misses many at once: a 1 MiB read through a mount is
+//! 16 fetches, four adjacent blocks in each of four data servers' parts.
+//! Each data server has a queue here: the first fetch to find no sender
+//! starts one, which lets the fetches started with it join, then takes
+//! everything waiting and sends it as runs of adjacent whole blocks (up to
+//! 256 KiB), each answered by one frame whose slices answer its fetches.
+//! A fetch that comes while a batch is in flight starts the next batch at
+//! once: fetches never wait for another's answer. Only a sequential
+//! reader's fetches (of the file of the server's last fetch, within 1 MiB
+//! of where it ended) and those arriving while a batch forms take this
+//! way; any other is sent at once, so a random reader pays no hop to a
+//! sender.
+
+use crate::data::server_error;
+use crate::peer::Peer;
+use crate::{FsError, Result};
+use bytes::Bytes;
+use parcache_driver::join_all;
+use parcache_proto::{Request, Response};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Most blocks a run reads (256 KiB of 64 KiB blocks, as write-backs'
+/// runs).
+const RUN_BLOCKS: u64 = 4;
+
+/// How far from where the last fetch ended a sequential reader's next one
+/// may start.
+const NEAR: u64 = 1 << 20;
+
+/// One data server's queue of block fetches.
+pub(crate) struct ReadQueue {
+    peer: Arc<Peer>,
+    /// Its index in the cluster (for errors).
+    index: u32,
+    block: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// A sender is about to take what waits.
+    sending: bool,
+    waiting: Vec<Fetch>,
+    /// Where the last fetch ended (handle, offset): one starting near it
+    /// is a sequential reader's (a read's fetches start in any order).
+    last: Option<(u64, u64)>,
+}
+
+struct Fetch {
+    handle: u64,
+    offset: u64,
+    len: u64,
+    /// The part must hold at least this much (`Request::Read`).
+    need: u64,
+    done: oneshot::Sender<Result<Bytes>>,
+}
+
+impl ReadQueue {
+    pub(crate) fn new(peer: Arc<Peer>, index: u32, block: u32) -> Arc<ReadQueue> {
+        Arc::new(ReadQueue {
+            peer,
+            index,
+            block: block.max(1) as u64,
+            state: Mutex::default(),
+        })
+    }
+
+    /// Bytes `offset..offset + len` of the handle's part on this server
+    /// (short where the part ends), read with whatever else is fetched
+    /// from it now.
+    pub(crate) async fn read(self: &Arc<Self>, handle: u64, offset: u64, len: u64, need: u64) -> Result<Bytes> {
+        let (done, rx) = oneshot::channel();
+        let fetch = Fetch {
+            handle,
+            offset,
+            len,
+            need,
+            done,
+        };
+        let alone = {
+            let mut st = self.state.lock();
+            let sequential = st
+                .last
+                .is_some_and(|(h, end)| h == handle && offset.abs_diff(end) <= NEAR);
+            st.last = Some((handle, offset + len));
+            if !sequential && !st.sending {
+                // Not a sequential reader's, and no batch forming: sent
+                // at once, with no hop to a sender (a random reader's).
+                Some(fetch)
+            } else {
+                st.waiting.push(fetch);
+                if !std::mem::replace(&mut st.sending, true) {
+                    tokio::spawn(self.clone().send_all());
+                }
+                None
+            }
+        };
+        if let Some(fetch) = alone {
+            self.send(vec![fetch]).await;
+        }
+        rx.await.unwrap_or_else(|_| Err(self.abandoned()))
+    }
+
+    fn abandoned(&self) -> FsError {
+        FsError::Protocol(format!("data server {}: read abandoned", self.index))
+    }
+
+    /// Sends what waits, once the fetches started with the first joined.
+    async fn send_all(self: Arc<Self>) {
+        tokio::task::yield_now().await;
+        let batch = {
+            let mut st = self.state.lock();
+            st.sending = false;
+            std::mem::take(&mut st.waiting)
+        };
+        join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
+    }
+
+    /// Sends one run and answers each of its fetches with its slice. A run
+    /// of several that fails is tried again fetch by fetch, so that a
+    /// failure (a part shorter than it must be) fails only its own.
+    async fn send(&self, run: Vec<Fetch>) {
+        let first = &run[0];
+        let (handle, offset) = (first.handle, first.offset);
+        let len: u64 = run.iter().map(|f| f.len).sum();
+        let need = run.iter().map(|f| f.need).max().unwrap_or(0);
+        let req = Request::Read {
+            handle,
+            offset,
+            len,
+            need,
+        };
+        let r = match self.peer.call(&req, &[]).await {
+            Ok((Response::Data { .. }, d)) => Ok(d),
+            Ok((Response::Error(e), _)) => Err(server_error(&format!("handle {handle}"), self.index, e)),
+            Ok((other, _)) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(d) => {
+                for f in run {
+                    let from = ((f.offset - offset) as usize).min(d.len());
+                    let to = (from + f.len as usize).min(d.len());
+                    let _ = f.done.send(Ok(d.slice(from..to)));
+                }
+            }
+            Err(e) if run.len() == 1 => {
+                let _ = run.into_iter().next().expect("one").done.send(Err(e));
+            }
+            Err(_) => {
+                join_all(run.into_iter().map(|f| Box::pin(self.send(vec![f])))).await;
+            }
+        }
+    }
+}
+
+/// Groups fetches into runs: adjacent whole blocks of one part, up to
+/// [`RUN_BLOCKS`]; anything else alone.
+fn runs(mut batch: Vec<Fetch>, block: u64) -> Vec<Vec<Fetch>> {
+    let whole = |f: &Fetch| f.offset.is_multiple_of(block) && f.len == block;
+    batch.sort_by_key(|f| (!whole(f), f.handle, f.offset));
+    let mut out: Vec<Vec<Fetch>> = Vec::new();
+    for f in batch {
+        if let Some(run) = out.last_mut() {
+            let last = run.last().expect("runs are never empty");
+            let len: u64 = run.iter().map(|x| x.len).sum();
+            if whole(&f)
+                && whole(last)
+                && last.handle == f.handle
+                && last.offset + last.len == f.offset
+                && len + f.len <= RUN_BLOCKS * block
+            {
+                run.push(f);
+                continue;
+            }
+        }
+        out.push(vec![f]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(handle: u64, offset: u64, len: u64) -> Fetch {
+        Fetch {
+            handle,
+            offset,
+            len,
+            need: 0,
+            done: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn adjacent_whole_blocks_of_a_part_make_one_run() {
+        const B: u64 = 64;
+        let batch = vec![
+            f(1, 2 * B, B),
+            f(1, 0, B),
+            f(2, 0, B),
+            f(1, B, B),
+            f(1, 2 * B, B),  // the same block twice: apart
+            f(1, 4 * B, B),  // a gap before it
+            f(2, B + 1, B),  // unaligned: alone
+            f(2, 2 * B, 10), // short: alone
+            f(1, 5 * B, B),
+            f(1, 6 * B, B),
+            f(1, 7 * B, B),
+            f(1, 8 * B, B), // past RUN_BLOCKS
+        ];
+        let r = runs(batch, B);
+        let shape: Vec<Vec<(u64, u64)>> = r
+            .iter()
+            .map(|r| r.iter().map(|f| (f.handle, f.offset)).collect())
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![(1, 0), (1, 64), (1, 128)],
+                vec![(1, 128)],
+                vec![(1, 256), (1, 320), (1, 384), (1, 448)],
+                vec![(1, 512)],
+                vec![(2, 0)],
+                vec![(2, 65)],
+                vec![(2, 128)],
+            ]
+            .into_iter()
+            .map(|v| v.into_iter().collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+        );
+    }
+}
