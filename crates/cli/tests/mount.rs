@@ -424,6 +424,17 @@ fn fsx_random_operations_under_every_write_policy() {
     finish(base, cluster, a, b);
 }
 
+/// `path` created (or emptied) and opened for reading and writing.
+fn open_empty(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap()
+}
+
 /// A `stat` racing a `close` of the same file elsewhere: here a forked
 /// child closing its copy of the descriptor as it execs, as any threaded
 /// program that starts commands makes happen. The mount answered the
@@ -437,13 +448,7 @@ fn a_stat_racing_a_close_elsewhere_sees_every_write() {
     let (base, cluster) = up("statrace", "2");
     let m = Mounted::new(&cluster.0, base.join("m"));
     let path = m.p("f");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    let f = open_empty(&path);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let children = {
         let stop = stop.clone();
@@ -504,13 +509,7 @@ fn fallocate_and_seek_hole_after_fsync_keep_the_whole_file() {
     let (base, cluster) = up("falloc", "2");
     let m = Mounted::new(&cluster.0, base.join("m"));
     let path = m.p("f");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    let f = open_empty(&path);
     let data = pattern(1 << 20, 5);
     f.write_all_at(&data, 0).unwrap();
     f.sync_all().unwrap();
