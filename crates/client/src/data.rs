@@ -4,7 +4,7 @@
 
 use crate::peer::Peer;
 use crate::read_batch::ReadQueue;
-use crate::write_batch::ServerQueue;
+use crate::write_batch::WriteQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
@@ -36,7 +36,7 @@ pub struct Placement {
 pub struct DataPath {
     iods: Vec<Arc<Peer>>,
     /// Each data server's queue of buffered whole-block writes.
-    batches: Vec<Arc<ServerQueue>>,
+    batches: Vec<Arc<WriteQueue>>,
     /// Each data server's queue of block fetches.
     reads: Vec<Arc<ReadQueue>>,
     placements: SyncMutex<HashMap<u64, Known>>,
@@ -75,7 +75,7 @@ impl DataPath {
             batches: iods
                 .iter()
                 .enumerate()
-                .map(|(i, p)| ServerQueue::new(p.clone(), i as u32, block_size))
+                .map(|(i, p)| WriteQueue::new(p.clone(), i as u32, block_size))
                 .collect(),
             reads: iods
                 .iter()

@@ -20,6 +20,7 @@ mod nv;
 mod peer;
 pub mod policies;
 mod read_batch;
+mod server_queue;
 mod tier;
 mod write_batch;
 

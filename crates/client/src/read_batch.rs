@@ -16,12 +16,11 @@
 //! sender.
 
 use crate::data::server_error;
-use crate::peer::Peer;
+use crate::server_queue::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_driver::join_all;
 use parcache_proto::{Request, Response};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -34,16 +33,11 @@ const RUN_BLOCKS: u64 = 4;
 const NEAR: u64 = 1 << 20;
 
 /// One data server's queue of block fetches.
-pub(crate) struct ReadQueue {
-    peer: Arc<Peer>,
-    /// Its index in the cluster (for errors).
-    index: u32,
-    block: u64,
-    state: Mutex<State>,
-}
+pub(crate) type ReadQueue = ServerQueue<State>;
 
+/// What waits in a read queue.
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     /// A sender is about to take what waits.
     sending: bool,
     waiting: Vec<Fetch>,
@@ -62,15 +56,6 @@ struct Fetch {
 }
 
 impl ReadQueue {
-    pub(crate) fn new(peer: Arc<Peer>, index: u32, block: u32) -> Arc<ReadQueue> {
-        Arc::new(ReadQueue {
-            peer,
-            index,
-            block: block.max(1) as u64,
-            state: Mutex::default(),
-        })
-    }
-
     /// Bytes `offset..offset + len` of the handle's part on this server
     /// (short where the part ends), read with whatever else is fetched
     /// from it now.

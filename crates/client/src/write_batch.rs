@@ -18,12 +18,11 @@
 //! came.
 
 use crate::data::server_error;
-use crate::peer::Peer;
+use crate::server_queue::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_driver::join_all;
 use parcache_proto::{Payload, Request, Response};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -35,17 +34,12 @@ use tokio::sync::oneshot;
 /// 64 KiB writes 5.2–5.3 GB/s in every run).
 const RUN_MAX: usize = 256 << 10;
 
-/// One data server's queue.
-pub(crate) struct ServerQueue {
-    peer: Arc<Peer>,
-    /// Its index in the cluster (for errors).
-    index: u32,
-    block: u64,
-    state: Mutex<State>,
-}
+/// One data server's queue of write-backs.
+pub(crate) type WriteQueue = ServerQueue<State>;
 
+/// What waits in a write queue.
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     /// A sender is running (and will see what is pushed to `waiting`).
     sending: bool,
     waiting: Vec<Waiting>,
@@ -58,16 +52,7 @@ struct Waiting {
     done: oneshot::Sender<Result<()>>,
 }
 
-impl ServerQueue {
-    pub(crate) fn new(peer: Arc<Peer>, index: u32, block: u32) -> Arc<ServerQueue> {
-        Arc::new(ServerQueue {
-            peer,
-            index,
-            block: block.max(1) as u64,
-            state: Mutex::default(),
-        })
-    }
-
+impl WriteQueue {
     /// Writes `data` at `offset` of the handle's part on this server
     /// (`WriteBuffered`), with whatever else waits for this server.
     pub(crate) async fn write(self: &Arc<Self>, handle: u64, offset: u64, data: Bytes) -> Result<()> {
