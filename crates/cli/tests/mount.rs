@@ -2042,6 +2042,99 @@ fn a_directorys_names_known_under_a_lease_miss_no_other_nodes_name() {
     finish(base, cluster, a, b);
 }
 
+/// A node holding a directory alone answers its unlinks there before the
+/// metadata server has them (mdtest's remove phase: one FUSE request each,
+/// not a round trip more). Another node's request touching the directory
+/// calls it back first, so it sees every one, by name and in a listing;
+/// and the node's own next requests see them (a name made again at once,
+/// the directory removed after).
+#[test]
+fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
+    let (base, cluster, a, b) = two_nodes("unlink-behind", "2");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
+    let mds_pid = info["pids"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+    std::fs::create_dir(a.p("d")).unwrap();
+    for i in 0..40 {
+        std::fs::write(a.p(&format!("d/f{i}")), vec![i as u8; 100 * i]).unwrap();
+    }
+    // b's kernel keeps every name under a lease.
+    for i in 0..40 {
+        assert_eq!(
+            std::fs::metadata(b.p(&format!("d/f{i}"))).unwrap().len(),
+            100 * i as u64
+        );
+    }
+    // a's second unlink in a row takes the hold (b's leases are called
+    // back); the next are answered while the metadata server is stopped.
+    std::fs::remove_file(a.p("d/f0")).unwrap();
+    std::fs::remove_file(a.p("d/f1")).unwrap();
+    let (pa, pb) = (a.p("d"), b.p("d"));
+    let on_b = while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+        for i in 2..7 {
+            std::fs::remove_file(pa.join(format!("f{i}")))?;
+        }
+        // b asks while a's unlinks wait at the stopped server too.
+        Ok(std::thread::spawn(move || std::fs::metadata(pb.join("f4"))))
+    })
+    .expect("an unlink in a directory held alone waited for the metadata server");
+    let e = on_b.join().unwrap().unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::NotFound,
+        "f4, unlinked on a, asked for on b meanwhile"
+    );
+    for i in 7..20 {
+        std::fs::remove_file(a.p(&format!("d/f{i}"))).unwrap();
+    }
+    for i in 0..20 {
+        let e = std::fs::metadata(b.p(&format!("d/f{i}"))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "f{i}, unlinked on a, seen on b");
+    }
+    let mut listed: Vec<String> = std::fs::read_dir(b.p("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    let mut left: Vec<String> = (20..40).map(|i| format!("f{i}")).collect();
+    left.sort();
+    assert_eq!(listed, left, "b's listing after a's unlinks");
+    // b called a back: a's next unlinks are made the usual way, seen too.
+    for i in 20..30 {
+        std::fs::remove_file(a.p(&format!("d/f{i}"))).unwrap();
+        let e = std::fs::metadata(b.p(&format!("d/f{i}"))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "f{i}, unlinked on a after the callback");
+    }
+    assert_eq!(std::fs::read(b.p("d/f35")).unwrap(), vec![35u8; 3500]);
+
+    // A directory only a uses: its unlinks go behind, and a's own
+    // requests see each at once.
+    std::fs::create_dir(a.p("e")).unwrap();
+    for i in 0..50 {
+        std::fs::write(a.p(&format!("e/g{i}")), b"one").unwrap();
+    }
+    for i in 0..50 {
+        let g = a.p(&format!("e/g{i}"));
+        std::fs::remove_file(&g).unwrap();
+        assert_eq!(std::fs::metadata(&g).unwrap_err().kind(), ErrorKind::NotFound, "g{i}");
+        std::fs::write(&g, b"two").unwrap();
+        assert_eq!(std::fs::read(&g).unwrap(), b"two", "g{i} made again");
+        std::fs::remove_file(&g).unwrap();
+    }
+    // A file open here keeps its data after its unlink (POSIX), held
+    // directory or not.
+    std::fs::write(a.p("e/kept"), b"still here").unwrap();
+    let mut open = std::fs::File::open(a.p("e/kept")).unwrap();
+    std::fs::remove_file(a.p("e/kept")).unwrap();
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut open, &mut got).unwrap();
+    assert_eq!(got, "still here");
+    drop(open);
+    std::fs::remove_dir(a.p("e")).expect("the directory is empty once a's unlinks are made");
+    assert_eq!(std::fs::metadata(b.p("e")).unwrap_err().kind(), ErrorKind::NotFound);
+    finish(base, cluster, a, b);
+}
+
 /// A mount reuses its buffers for reads' answers: after reading files full
 /// of other bytes, the holes of a sparse file (block store and
 /// content-addressed) read as zeros, and a short read at a file's end

@@ -510,6 +510,11 @@ impl Fs {
         open
     }
 
+    /// Whether the file is open here.
+    pub(crate) fn is_open(&self, handle: u64) -> bool {
+        self.files.lock().get(&handle).is_some_and(|s| s.file.opens > 0)
+    }
+
     /// Marks the file an orphan if it is open here (it is being unlinked);
     /// returns whether it was.
     pub(crate) fn orphan_if_open(&self, handle: u64) -> bool {
@@ -569,6 +574,8 @@ impl Fs {
     /// Does what the metadata server asked of this node for a file.
     async fn called_back(&self, handle: u64, cb: Callback) -> Result<()> {
         if cb == Callback::Forget {
+            // A directory held here: its unlinks under way are done first.
+            self.recall_hold(handle).await;
             // The kernel's copy only; answered once it is gone.
             if let Some(forget) = self.kernel.get().cloned() {
                 let _ = tokio::task::spawn_blocking(move || forget(Some(handle))).await;

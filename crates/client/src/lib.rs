@@ -13,6 +13,7 @@
 
 mod cas;
 mod data;
+mod dir_hold;
 mod files;
 mod global;
 mod namespace;
@@ -142,6 +143,9 @@ pub struct Fs {
     /// attributes (`SMALL_COPY_MAX`), with the version it is current at,
     /// kept for the open that follows a lookup ([`Fs::keep_small`]).
     small: Mutex<HashMap<u64, (u64, Vec<u8>)>>,
+    /// Directories this node holds alone, and its unlinks answered before
+    /// the metadata server had them ([`Fs::unlink_behind`]).
+    holds: dir_hold::DirHolds,
     secret: Secret,
 }
 
@@ -212,6 +216,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             open_files: std::sync::atomic::AtomicUsize::new(0),
             small: Mutex::new(HashMap::new()),
+            holds: dir_hold::DirHolds::default(),
             node: node_id(),
             me: me.clone(),
             answering: AtomicBool::new(false),
@@ -264,7 +269,13 @@ impl Fs {
         if self.kernel.set(forget.clone()).is_err() {
             return;
         }
-        self.mds.on_lost(Arc::new(move || forget(None)));
+        let me = self.me.clone();
+        self.mds.on_lost(Arc::new(move || {
+            if let Some(fs) = me.upgrade() {
+                fs.holds_lost();
+            }
+            forget(None)
+        }));
         self.mds.speak_for(self.node);
         self.answer_callbacks();
     }
@@ -290,8 +301,13 @@ impl Fs {
     }
 
     /// [`Fs::md`] with a payload.
+    /// Sent once this node's unlinks answered before the metadata server
+    /// had them are done there, so that its answer shows them.
     async fn md_with(&self, path: &str, req: Request, data: &[u8]) -> Result<Response> {
-        match self.mds.call(&req, data).await?.0 {
+        self.holds.settled().await;
+        let got = self.mds.call(&req, data).await;
+        self.holds.note(&req, got.as_ref().ok().map(|r| &r.0));
+        match got?.0 {
             Response::Error(e) => Err(FsError::Remote {
                 path: path.to_string(),
                 code: e.code,

@@ -191,16 +191,25 @@ impl Fs {
     /// Every entry of a directory, fetched in pages (a directory of any
     /// size lists whole).
     pub async fn readdir_handle(&self, handle: u64) -> Result<Vec<DirEntry>> {
-        let what = format!("directory {}", self.what(handle));
+        Ok(self.list_entries(handle, usize::MAX).await?.unwrap_or_default())
+    }
+
+    /// Directory `dir`'s entries, fetched in pages; `None` if it holds
+    /// more than `most`.
+    pub(crate) async fn list_entries(&self, dir: u64, most: usize) -> Result<Option<Vec<DirEntry>>> {
+        let what = format!("directory {}", self.what(dir));
         let mut all: Vec<DirEntry> = Vec::new();
         loop {
             let after = all.last().map(|e| e.name.clone());
-            match self.md(&what, Request::ReadDir { handle, after }).await? {
+            match self.md(&what, Request::ReadDir { handle: dir, after }).await? {
                 Response::Entries { entries, more } => {
                     let progressed = !entries.is_empty();
                     all.extend(entries);
+                    if all.len() > most {
+                        return Ok(None);
+                    }
                     if !more || !progressed {
-                        return Ok(all);
+                        return Ok(Some(all));
                     }
                 }
                 other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
@@ -216,23 +225,8 @@ impl Fs {
     pub async fn watch_dir(&self, dir: u64, most: usize) -> Result<Option<Vec<Vec<u8>>>> {
         let what = format!("directory {}", self.what(dir));
         self.md_attr(&what, Request::WatchDir { dir }).await?;
-        let mut names: Vec<Vec<u8>> = Vec::new();
-        loop {
-            let after = names.last().cloned();
-            match self.md(&what, Request::ReadDir { handle: dir, after }).await? {
-                Response::Entries { entries, more } => {
-                    let progressed = !entries.is_empty();
-                    names.extend(entries.into_iter().map(|e| e.name));
-                    if names.len() > most {
-                        return Ok(None);
-                    }
-                    if !more || !progressed {
-                        return Ok(Some(names));
-                    }
-                }
-                other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
-            }
-        }
+        let entries = self.list_entries(dir, most).await?;
+        Ok(entries.map(|e| e.into_iter().map(|e| e.name).collect()))
     }
 
     /// Removes a name. A file open on this node keeps its data until the

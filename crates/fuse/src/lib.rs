@@ -617,11 +617,16 @@ impl Filesystem for Mount {
         // at the next path walk; the server gave them with the unlink.
         let created_in = self.created_in.clone();
         let generation = created_in.lock().generation;
+        // Answered before the metadata server has it where this node holds
+        // the directory alone (`parcache_client::Fs::unlink_behind`).
         self.done(
             async move {
-                let dir = fs.unlink_in(parent, &name).await?;
+                let dir = match fs.unlink_behind(parent, &name).await? {
+                    Some(dir) => dir,
+                    None => Some(fs.unlink_in(parent, &name).await?),
+                };
                 let mut c = created_in.lock();
-                if c.generation == generation {
+                if let Some(dir) = dir.filter(|_| c.generation == generation) {
                     c.dirs.insert(parent, (dir, Instant::now()));
                 }
                 Ok(())

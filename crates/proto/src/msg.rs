@@ -46,6 +46,19 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
+impl Timestamp {
+    /// The time now, by this machine's clock.
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp {
+            secs: d.as_secs() as i64,
+            nanos: d.subsec_nanos(),
+        }
+    }
+}
+
 /// How a file's bytes are spread over data servers.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -206,6 +219,15 @@ pub enum Request {
     /// node lists the directory after this answer (`Attr`), so it knows
     /// which names are absent without asking (a create's lookup).
     WatchDir {
+        dir: Handle,
+    },
+    /// A mount (a request made `As` a node) holds directory `dir` alone
+    /// (`parcache_core::consistency::dir_hold`): every other node's lease
+    /// on it and on the files named in it ends, and until the hold runs
+    /// out any other node's request that touches them calls this node
+    /// back first. The node lists the directory after this answer
+    /// (`Attr`) and may answer its unlinks there before sending them.
+    HoldDir {
         dir: Handle,
     },
     /// A client wrote up to `size` bytes and changed the content.
@@ -839,6 +861,7 @@ impl Request {
                 | GetAttr { .. }
                 | GetAttrPolicy { .. }
                 | WatchDir { .. }
+                | HoldDir { .. }
                 | GetPolicy { .. }
                 | ReadDir { .. }
                 | GetXattr { .. }
@@ -875,6 +898,7 @@ impl Request {
                 | GetPolicy { .. }
                 | GetAttrPolicy { .. }
                 | WatchDir { .. }
+                | HoldDir { .. }
                 | Servers
                 | Written { .. }
                 // Again after a first that was done: the base is old, so

@@ -50,6 +50,9 @@ const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 /// (directory, name) → handle; names are bytes.
 const DIRENTS: TableDefinition<(u64, &[u8]), u64> = TableDefinition::new("dirents_b");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Names a directory may have to be held by one node (its holder lists
+/// them after the hold); a larger one is not held.
+const HOLD_MOST: usize = 16_384;
 /// The cluster's id ("cluster") and its data servers' addresses in order
 /// ("iods", postcard), recorded at the first start.
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
@@ -120,13 +123,7 @@ fn db_err(e: impl std::fmt::Display) -> Fail {
 }
 
 fn now() -> Timestamp {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timestamp {
-        secs: d.as_secs() as i64,
-        nanos: d.subsec_nanos(),
-    }
+    Timestamp::now()
 }
 
 fn check_name(name: &[u8]) -> R<()> {
@@ -465,6 +462,15 @@ impl Tx<'_> {
             .next()
             .is_none();
         Ok(empty)
+    }
+    /// The files named in directory `h`, at most `most` of them.
+    fn entries(&self, h: Handle, most: usize) -> R<Vec<Handle>> {
+        let t = self.w().open_table(DIRENTS).map_err(db_err)?;
+        let mut out = vec![];
+        for e in t.range((h, &b""[..])..(h + 1, &b""[..])).map_err(db_err)?.take(most) {
+            out.push(e.map_err(db_err)?.1.value());
+        }
+        Ok(out)
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
         let mut t = self.w().open_table(META).map_err(db_err)?;
@@ -1458,9 +1464,8 @@ impl MdsHandler {
             // It waits while a durable commit runs (2.7 ms after 4,000
             // creates in `mds-ops`).
             let grants = from.filter(|_| grants_lease(&req));
-            let (resp, calls) = self.leased(from, grants, |m| m.op(req));
-            self.forget(calls).await;
-            return resp;
+            let touched = touched(&req);
+            return self.leased_alone(from, grants, &touched, |m| m.op(req.clone())).await;
         }
         match tokio::task::spawn_blocking(move || mds.op(req)).await {
             Ok(Ok(resp)) => resp,
@@ -1473,17 +1478,27 @@ impl MdsHandler {
     /// store's one-request lock: the leases other nodes than `from` hold on
     /// the files it changed end (returned, with their holders, to be called
     /// back), and `grants` is given a lease on the file it answers with.
+    ///
+    /// `Err`: other nodes hold directories the request touches
+    /// (`touched`, and the directories of the files among them); their
+    /// holds end and are to be called back before the request is tried
+    /// again ([`MdsHandler::leased_alone`]).
     fn leased(
         &self,
         from: Option<u64>,
         grants: Option<u64>,
+        touched: &[Handle],
         run: impl FnOnce(&Mds) -> R<Response>,
-    ) -> (Response, Vec<CallBack>) {
+    ) -> Result<(Response, Vec<CallBack>), Vec<CallBack>> {
         let mds = &self.0;
         let _one = mds.one_op.lock();
+        let now = self.2.now();
+        let holders = self.holds_in_the_way(now, from, touched);
+        if !holders.is_empty() {
+            return Err(holders);
+        }
         let resp = run(mds).unwrap_or_else(|(code, msg)| Response::error(code, msg));
         let mut changed = std::mem::take(&mut *mds.changed.lock());
-        let now = self.2.now();
         let mut leases = self.5.lock();
         changed.sort_unstable();
         changed.dedup();
@@ -1503,7 +1518,102 @@ impl MdsHandler {
                 leases.grant(now, node, a.handle);
             }
         }
-        (resp, calls)
+        Ok((resp, calls))
+    }
+
+    /// [`MdsHandler::leased`], after calling back (and waiting for) the
+    /// other nodes holding what the request touches; answered once the
+    /// holders of leases on what it changed were called back too.
+    async fn leased_alone(
+        &self,
+        from: Option<u64>,
+        grants: Option<u64>,
+        touched: &[Handle],
+        run: impl Fn(&Mds) -> R<Response>,
+    ) -> Response {
+        loop {
+            match self.leased(from, grants, touched, &run) {
+                Ok((resp, calls)) => {
+                    self.forget(calls).await;
+                    return resp;
+                }
+                Err(holders) => self.forget(holders).await,
+            }
+        }
+    }
+
+    /// The holds of nodes other than `from` on the directories a request
+    /// touches (`touched` and, for each file among them, the directory it
+    /// was created or renamed in): each ends, to be called back. Nothing
+    /// to read while no other node holds anything (the usual case).
+    fn holds_in_the_way(&self, now: Time, from: Option<u64>, touched: &[Handle]) -> Vec<CallBack> {
+        let mut leases = self.5.lock();
+        if touched.is_empty() || !leases.holds.any_other(now, from) {
+            return vec![];
+        }
+        let mut dirs = touched.to_vec();
+        for &h in touched {
+            if let Ok(i) = self.0.read(|tx| tx.get(h)) {
+                if i.attr.kind != FileKind::Dir {
+                    dirs.push(i.parent);
+                }
+            }
+        }
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs.into_iter()
+            .filter_map(|d| leases.holds.in_the_way(now, from, d).map(|h| (d, vec![h])))
+            .collect()
+    }
+
+    /// `HoldDir` for `node`: once no other node holds `dir`, every other
+    /// node's lease on it and on the files named in it ends (called back
+    /// before the answer) and `node` holds it.
+    async fn hold_dir(&self, node: u64, dir: Handle) -> Response {
+        loop {
+            match self.hold_dir_now(node, dir) {
+                Ok((resp, calls)) => {
+                    self.forget(calls).await;
+                    return resp;
+                }
+                Err(holders) => self.forget(holders).await,
+            }
+        }
+    }
+
+    /// [`MdsHandler::hold_dir`] under the store's one-request lock; `Err`
+    /// as [`MdsHandler::leased`]'s.
+    fn hold_dir_now(&self, node: u64, dir: Handle) -> Result<(Response, Vec<CallBack>), Vec<CallBack>> {
+        let mds = &self.0;
+        let _one = mds.one_op.lock();
+        let now = self.2.now();
+        let holders = self.holds_in_the_way(now, Some(node), &[dir]);
+        if !holders.is_empty() {
+            return Err(holders);
+        }
+        let listed = mds.read(|tx| {
+            let d = tx.dir(dir)?;
+            let files = tx.entries(dir, HOLD_MOST + 1)?;
+            if files.len() > HOLD_MOST {
+                return Err((
+                    ErrorCode::Invalid,
+                    format!("directory {dir} holds more than {HOLD_MOST} names: not held"),
+                ));
+            }
+            Ok((d, files))
+        });
+        let (d, files) = match listed {
+            Ok(x) => x,
+            Err((code, msg)) => return Ok((Response::error(code, msg), vec![])),
+        };
+        let mut leases = self.5.lock();
+        leases.holds.grant(now, node, dir);
+        let calls = std::iter::once(dir)
+            .chain(files)
+            .map(|h| (h, leases.changed(now, Some(node), h)))
+            .filter(|(_, holders)| !holders.is_empty())
+            .collect();
+        Ok((Response::Attr(d.attr), calls))
     }
 
     /// Calls back the holders of leases on changed files (from
@@ -1568,6 +1678,32 @@ fn lookup(tx: &Tx<'_>, parent: Handle, name: &[u8]) -> R<Inode> {
             .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(name))))?,
     };
     tx.get(h)
+}
+
+/// The files and directories a request reads or changes names of, or
+/// takes a lease on: an other node's hold on any of them (or on the
+/// directory of a file among them) is called back before it runs.
+fn touched(req: &Request) -> Vec<Handle> {
+    use Request::*;
+    match req {
+        Lookup { parent, .. }
+        | LookupPolicy { parent, .. }
+        | Create { parent, .. }
+        | Mkdir { parent, .. }
+        | Unlink { parent, .. }
+        | Rmdir { parent, .. }
+        | Symlink { parent, .. }
+        | Mknod { parent, .. } => vec![*parent],
+        Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
+        Link { handle, new_parent, .. } => vec![*handle, *new_parent],
+        GetAttr { handle }
+        | GetAttrPolicy { handle }
+        | SetAttr { handle, .. }
+        | ReadDir { handle, .. }
+        | Forget { handle } => vec![*handle],
+        WatchDir { dir } | HoldDir { dir } => vec![*dir],
+        _ => vec![],
+    }
 }
 
 fn grants_lease(req: &Request) -> bool {
@@ -1706,27 +1842,35 @@ impl Handler for MdsHandler {
                     ErrorCode::BadRequest,
                     "a lease on a directory's names is for a node (a request made As one)",
                 ),
-                Some(node) => match self.0.read(|tx| tx.dir(dir)) {
-                    Ok(i) => {
-                        // Granted after any change before it (which the
-                        // node's listing after this answer shows); every
-                        // change after it calls the node back.
-                        self.5.lock().grant(self.2.now(), node, dir);
-                        Response::Attr(i.attr)
-                    }
-                    Err((code, msg)) => Response::error(code, msg),
-                },
+                // Granted after any change before it (which the node's
+                // listing after this answer shows); every change after it
+                // calls the node back. Another node holding the directory
+                // is called back first (its unlinks are made).
+                Some(node) => {
+                    self.leased_alone(Some(node), None, &[dir], |m| {
+                        m.read(|tx| tx.dir(dir)).map(|i| {
+                            self.5.lock().grant(self.2.now(), node, dir);
+                            Response::Attr(i.attr)
+                        })
+                    })
+                    .await
+                }
             },
             Request::WrittenSmall { handle, size, base } => {
-                let (resp, calls) = self.leased(from, None, |m| m.written(handle, size, Some((base, &data))));
-                self.forget(calls).await;
-                resp
+                self.leased_alone(from, None, &[], |m| m.written(handle, size, Some((base, &data))))
+                    .await
             }
             Request::SetXattr { handle, name, flags } => {
-                let (resp, calls) = self.leased(from, None, |m| m.set_xattr(handle, name, flags, &data));
-                self.forget(calls).await;
-                resp
+                self.leased_alone(from, None, &[], |m| m.set_xattr(handle, name.clone(), flags, &data))
+                    .await
             }
+            Request::HoldDir { dir } => match from {
+                None => Response::error(
+                    ErrorCode::BadRequest,
+                    "a hold on a directory is for a node (a request made As one)",
+                ),
+                Some(node) => self.hold_dir(node, dir).await,
+            },
             Request::GetXattr { handle, name } => {
                 return match self.0.get_xattr(handle, &name) {
                     Ok(v) => (Response::Data { len: v.len() as u64 }, Bytes::from(v)),

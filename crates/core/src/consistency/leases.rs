@@ -10,12 +10,15 @@
 //! for the lease to run out if it does not answer: a `stat` anywhere after
 //! a change has returned sees it, as with no caching at all. The node that
 //! made the change keeps its lease (its kernel saw the change go by).
-//! Directories are not leased (a mount keeps theirs for a second).
+//! Directories' attributes are not leased (a mount keeps theirs for a
+//! second); their names are (`WatchDir`), and one node may hold a
+//! directory alone (`super::dir_hold`).
 //!
 //! This is the server's half, sans-IO: who holds which lease until when.
 //! The metadata server drives it; the callbacks travel as `sprite`'s do
 //! ([`super::sprite::SpriteServer::forget_at`]).
 
+use super::dir_hold::DirHolds;
 use crate::ids::{FileId, NodeId};
 use crate::time::{Span, Time};
 use std::collections::HashMap;
@@ -32,6 +35,9 @@ const SWEEP_EVERY: u64 = 4096;
 pub struct Leases {
     held: HashMap<FileId, Vec<(NodeId, Time)>>,
     granted: u64,
+    /// Directories held by one node alone (write leases, for its
+    /// write-behind unlinks).
+    pub holds: DirHolds,
 }
 
 impl Leases {
@@ -81,6 +87,7 @@ impl Leases {
 
     /// `node` left (unmounted): it holds nothing any more.
     pub fn node_gone(&mut self, node: NodeId) {
+        self.holds.node_gone(node);
         self.held.retain(|_, h| {
             h.retain(|(n, _)| *n != node);
             !h.is_empty()

@@ -33,6 +33,7 @@
 
 pub mod capfs;
 pub mod close_to_open;
+pub mod dir_hold;
 pub mod for_1;
 pub mod for_2;
 pub mod leases;

@@ -1,0 +1,489 @@
+//! Write-behind unlinks: the node's half of an exclusive hold on a
+//! directory (`parcache_core::consistency::dir_hold`).
+//!
+//! While this node holds a directory alone, and knows its names, an unlink
+//! there of a name it knows is answered at once and sent after (as a
+//! write-back cache answers a write before the disk has it, Gray &
+//! Cheriton's write lease, 1989 §2). Every other request this node makes
+//! to the metadata server waits until those unlinks are answered, so it
+//! sees them; another node's request that touches the directory calls this
+//! node back first, and the callback is answered only once they are. The
+//! kernel serialises unlinks in a directory, so without this a removal
+//! costs a whole round trip to the metadata server (mdtest's remove phase).
+
+use crate::{Fs, FsError, Result};
+use parcache_core::consistency::dir_hold::HOLD;
+use parcache_proto::{show_name, Attr, FileKind, Request, Response};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// A hold is used only while this much of it is left, so that an unlink
+/// answered now reaches the metadata server long before the hold ends
+/// there (the server's clock starts after this node's).
+const SLACK: Duration = Duration::from_secs(2);
+/// Unlinks answered and not yet done at the metadata server, at most;
+/// more wait for the first to be done.
+const MOST_PENDING: usize = 64;
+/// Names of a directory this node lists to hold it, at most.
+const MOST_NAMES: usize = 16_384;
+/// A directory is asked for at an unlink this soon after another there.
+const BUSY: Duration = Duration::from_secs(1);
+/// A directory called back is not asked for again for this long (another
+/// node is using it: each would call the other back in turn).
+const BACK_OFF: Duration = Duration::from_secs(5);
+
+/// A name in a directory (the directory's handle, the name).
+type Named<'a> = (u64, &'a [u8]);
+
+/// This node's holds, and its unlinks under way.
+#[derive(Default)]
+pub(crate) struct DirHolds {
+    state: Mutex<State>,
+    /// Wakes requests waiting for the unlinks under way to be done.
+    done: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    held: HashMap<u64, Held>,
+    /// Directories being asked for, and when each was called back last.
+    asking: HashSet<u64>,
+    recalled: HashMap<u64, Instant>,
+    /// When an unlink was last made in each directory.
+    unlinked: HashMap<u64, Instant>,
+    /// Unlinks answered and not yet done at the metadata server.
+    pending: usize,
+}
+
+/// A directory held: until when, the names in it, and its attributes as
+/// this node's changes left them (`None`: unknown).
+struct Held {
+    until: Instant,
+    /// The names of what is not a directory, each with its file's handle
+    /// (0: not known).
+    names: HashMap<Vec<u8>, u64>,
+    attr: Option<Attr>,
+}
+
+impl DirHolds {
+    /// Takes `name` out of held directory `dir` for an unlink answered
+    /// now, if this node holds `dir` with time to spare, knows the name
+    /// there and `open` says its file is not open here (with the handle,
+    /// or 0 if it is not known); returns the directory's attributes after,
+    /// if known.
+    fn take(&self, dir: u64, name: &[u8], open: impl Fn(u64) -> bool) -> Option<Option<Attr>> {
+        let mut s = self.state.lock();
+        if s.pending >= MOST_PENDING {
+            return None;
+        }
+        let h = s.held.get_mut(&dir)?;
+        let &handle = h.names.get(name)?;
+        if Instant::now() + SLACK >= h.until || open(handle) {
+            return None;
+        }
+        h.names.remove(name);
+        let attr = h.attr.as_mut().map(|a| {
+            let t = parcache_proto::Timestamp::now();
+            a.mtime = t;
+            a.ctime = t;
+            a.version += 1;
+            a.clone()
+        });
+        s.pending += 1;
+        Some(attr)
+    }
+
+    /// Whether `dir` is worth asking for now: an unlink there came
+    /// shortly before this one (one alone is not worth a listing), it is
+    /// not held with time to spare, not being asked for, not called back
+    /// lately. Marks it asked.
+    fn ask(&self, dir: u64) -> bool {
+        let mut s = self.state.lock();
+        let now = Instant::now();
+        if s.unlinked.len() > 1024 {
+            s.unlinked.clear();
+        }
+        let before = s.unlinked.insert(dir, now);
+        let busy = before.is_some_and(|t| now.duration_since(t) < BUSY);
+        let held = s.held.get(&dir).is_some_and(|h| now + SLACK < h.until);
+        let lately = s.recalled.get(&dir).is_some_and(|&t| now.duration_since(t) < BACK_OFF);
+        if !busy || held || lately || s.asking.contains(&dir) {
+            return false;
+        }
+        s.asking.insert(dir);
+        true
+    }
+
+    /// The end of asking for `dir`: held from `sent` with `names` and
+    /// `attr`, unless it was called back meanwhile (since `sent`).
+    fn asked(&self, dir: u64, sent: Instant, got: Option<(HashMap<Vec<u8>, u64>, Attr)>) {
+        let mut s = self.state.lock();
+        s.asking.remove(&dir);
+        let recalled = s.recalled.get(&dir).is_some_and(|&t| t >= sent);
+        match got {
+            Some((names, attr)) if !recalled => {
+                if s.recalled.len() > 1024 {
+                    s.recalled.clear();
+                }
+                s.held.insert(
+                    dir,
+                    Held {
+                        until: sent + Duration::from_nanos(HOLD.0),
+                        names,
+                        attr: Some(attr),
+                    },
+                );
+            }
+            _ => {
+                s.held.remove(&dir);
+            }
+        }
+    }
+
+    /// One unlink under way is done.
+    fn finished(&self) {
+        let mut s = self.state.lock();
+        s.pending -= 1;
+        drop(s);
+        self.done.notify_waiters();
+    }
+
+    /// Returns once no unlink answered by this node is still under way.
+    pub(crate) async fn settled(&self) {
+        loop {
+            let woken = self.done.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.state.lock().pending == 0 {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Returns once fewer than [`MOST_PENDING`] unlinks are under way.
+    async fn room(&self) {
+        loop {
+            let woken = self.done.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.state.lock().pending < MOST_PENDING {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Whether this node holds `dir` (or is asking for it): a callback of
+    /// it is then a callback of the hold.
+    fn involved(&self, dir: u64) -> bool {
+        let s = self.state.lock();
+        s.held.contains_key(&dir) || s.asking.contains(&dir)
+    }
+
+    /// The hold on `dir` was called back (or lost, with the server: every
+    /// hold, `None`).
+    fn recalled(&self, dir: Option<u64>) {
+        let mut s = self.state.lock();
+        let now = Instant::now();
+        match dir {
+            Some(d) => {
+                s.held.remove(&d);
+                s.recalled.insert(d, now);
+            }
+            None => {
+                let mut all: Vec<u64> = s.held.drain().map(|(d, _)| d).collect();
+                all.extend(s.asking.iter().copied());
+                for d in all {
+                    s.recalled.insert(d, now);
+                }
+            }
+        }
+    }
+
+    /// This node's own request `req` to the metadata server was answered
+    /// `resp` (`None`: it failed): the names of held directories follow it.
+    pub(crate) fn note(&self, req: &Request, resp: Option<&Response>) {
+        use Request::*;
+        let mut s = self.state.lock();
+        if s.held.is_empty() {
+            return;
+        }
+        // (directory, name removed from it), (directory, name added).
+        let (from, to): (Option<Named>, Option<Named>) = match req {
+            Create { parent, name, .. }
+            | Mkdir { parent, name, .. }
+            | Symlink { parent, name, .. }
+            | Mknod { parent, name, .. } => (None, Some((*parent, name))),
+            Link {
+                new_parent, new_name, ..
+            } => (None, Some((*new_parent, new_name))),
+            Unlink { parent, name, .. } | Rmdir { parent, name } => (Some((*parent, name)), None),
+            Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+            } => (Some((*parent, name)), Some((*new_parent, new_name))),
+            SetAttr { handle, .. } => (None, Some((*handle, &b""[..]))),
+            _ => return,
+        };
+        let done = resp.filter(|r| !matches!(r, Response::Error(_)));
+        let Some(resp) = done else {
+            // Refused or lost: what the directories hold is not known for
+            // sure any more.
+            for (dir, _) in from.iter().chain(to.iter()) {
+                s.held.remove(dir);
+            }
+            return;
+        };
+        let (added, parent_after) = match resp {
+            Response::Created { attr, parent, .. } => (Some(attr), parent.clone()),
+            Response::Unlinked { parent, .. } => (None, Some(parent.clone())),
+            Response::Attr(a) => (Some(a), None),
+            _ => (None, None),
+        };
+        let mut moved = 0;
+        if let Some((dir, name)) = from {
+            if let Some(h) = s.held.get_mut(&dir) {
+                moved = h.names.remove(name).unwrap_or(0);
+                h.attr = parent_after.clone();
+            }
+        }
+        if let Some((dir, name)) = to {
+            if let Some(h) = s.held.get_mut(&dir) {
+                h.attr = parent_after;
+                let handle = match (req, added) {
+                    (Rename { .. }, _) => Some(moved),
+                    (_, Some(a)) if a.kind != FileKind::Dir => Some(a.handle),
+                    _ => None,
+                };
+                match handle {
+                    Some(handle) if !name.is_empty() => drop(h.names.insert(name.to_vec(), handle)),
+                    // A directory (or a rename of one) is not unlinked.
+                    _ => drop(h.names.remove(name)),
+                }
+            }
+        }
+    }
+}
+
+impl Fs {
+    /// Answers an unlink of `name` in `dir` before the metadata server has
+    /// it, if this node holds `dir` (asking for it first if worth it),
+    /// knows `name` there and its file is not open here (an open file's
+    /// unlink keeps it, which needs the server's answer). `Ok(None)`: not done,
+    /// make it the usual way. `Ok(Some(attr))`: done, with the directory's
+    /// attributes after if known.
+    pub async fn unlink_behind(&self, dir: u64, name: &[u8]) -> Result<Option<Option<Attr>>> {
+        if !self.leasing() {
+            return Ok(None);
+        }
+        self.holds.room().await;
+        let open = |h: u64| if h == 0 { self.any_open() } else { self.is_open(h) };
+        let mut taken = self.holds.take(dir, name, open);
+        if taken.is_none() && self.holds.ask(dir) {
+            let sent = Instant::now();
+            let got = self.hold_dir(dir).await;
+            self.holds.asked(dir, sent, got.ok());
+            taken = self.holds.take(dir, name, open);
+        }
+        let Some(attr) = taken else {
+            return Ok(None);
+        };
+        let Some(fs) = self.me.upgrade() else {
+            self.holds.finished();
+            return Ok(None);
+        };
+        let name = name.to_vec();
+        tokio::spawn(async move {
+            let req = Request::Unlink {
+                parent: dir,
+                name: name.clone(),
+                keep_open: false,
+            };
+            match fs.mds.call(&req, &[]).await {
+                Ok((Response::Unlinked { gone, .. }, _)) => {
+                    if let Some(gone) = gone {
+                        if let Err(e) = fs.remove_data(&gone).await {
+                            tracing::warn!("removing the data of unlinked '{}': {e}", show_name(&name));
+                        }
+                    }
+                }
+                Ok((other, _)) => {
+                    tracing::error!(
+                        "the unlink of '{}' answered before the metadata server had it failed there: {other:?}",
+                        show_name(&name)
+                    );
+                }
+                Err(e) => tracing::error!(
+                    "the unlink of '{}' answered before the metadata server had it was lost: {e}",
+                    show_name(&name)
+                ),
+            }
+            fs.holds.finished();
+        });
+        Ok(Some(attr))
+    }
+
+    /// Asks the metadata server for `dir` alone, then lists its names;
+    /// the names and the directory's attributes.
+    async fn hold_dir(&self, dir: u64) -> Result<(HashMap<Vec<u8>, u64>, Attr)> {
+        let what = format!("directory {}", self.what(dir));
+        self.holds.settled().await;
+        let before = self.mds.changes();
+        let attr = self.md_attr(&what, Request::HoldDir { dir }).await?;
+        let entries = self.list_entries(dir, MOST_NAMES).await?;
+        // A change of this node's under way or made meanwhile (another
+        // directory's, or this one's by a thread the kernel let through):
+        // the listing may not show it.
+        if before.0 != before.1 || self.mds.changes() != before {
+            return Err(FsError::Protocol(format!("{what}: changed while being held")));
+        }
+        let entries = entries.ok_or_else(|| FsError::Protocol(format!("{what}: too many names to hold")))?;
+        let names = entries
+            .into_iter()
+            .filter(|e| e.kind != FileKind::Dir)
+            .map(|e| (e.name, e.handle))
+            .collect();
+        Ok((names, attr))
+    }
+
+    /// The metadata server called back `handle`: if it is a directory
+    /// this node holds, its unlinks under way are done first.
+    pub(crate) async fn recall_hold(&self, handle: u64) {
+        if self.holds.involved(handle) {
+            self.holds.recalled(Some(handle));
+            self.holds.settled().await;
+        }
+    }
+
+    /// The connection to the metadata server was lost: no hold is left.
+    pub(crate) fn holds_lost(&self) {
+        self.holds.recalled(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parcache_proto::{Attr, Timestamp};
+
+    fn attr(handle: u64, kind: FileKind) -> Attr {
+        Attr {
+            handle,
+            kind,
+            size: 0,
+            mode: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            version: 1,
+            layout: None,
+            rdev: 0,
+        }
+    }
+
+    fn held(h: &DirHolds, dir: u64, names: &[(&str, u64)]) {
+        let names = names.iter().map(|(n, h)| (n.as_bytes().to_vec(), *h)).collect();
+        h.asked(dir, Instant::now(), Some((names, attr(dir, FileKind::Dir))));
+    }
+
+    fn closed(_: u64) -> bool {
+        false
+    }
+
+    /// A directory is asked for at its second unlink in a row, once at a
+    /// time, and not again soon after a callback; a callback while it was
+    /// being asked for leaves it not held.
+    #[test]
+    fn a_directory_is_asked_for_when_busy_and_dropped_when_called_back() {
+        let h = DirHolds::default();
+        assert!(!h.ask(1), "a first unlink alone");
+        assert!(h.ask(1), "a second within a second");
+        assert!(!h.ask(1), "being asked for");
+        let sent = Instant::now();
+        h.recalled(Some(1));
+        h.asked(
+            1,
+            sent,
+            Some((HashMap::from([(b"f".to_vec(), 5)]), attr(1, FileKind::Dir))),
+        );
+        assert_eq!(h.take(1, b"f", closed), None, "called back while asked for");
+        assert!(!h.ask(1), "called back lately");
+        held(&h, 2, &[("f", 5)]);
+        assert!(!h.ask(2), "a first unlink there");
+        assert!(!h.ask(2), "held already");
+    }
+
+    /// Only a name known in a held directory, whose file is not open
+    /// here, is taken; each once; the directory's times move.
+    #[test]
+    fn only_known_names_of_files_not_open_are_taken() {
+        let h = DirHolds::default();
+        assert_eq!(h.take(1, b"f", closed), None, "not held");
+        held(&h, 1, &[("f", 5), ("g", 6), ("unknown", 0)]);
+        assert_eq!(h.take(1, b"g", |x| x == 6), None, "open here");
+        assert_eq!(h.take(1, b"unknown", |x| x == 0), None, "maybe open (handle not known)");
+        let a = h.take(1, b"f", closed).expect("taken").expect("attributes known");
+        assert_eq!(a.version, 2);
+        assert!(a.mtime > Timestamp::default());
+        assert_eq!(h.take(1, b"f", closed), None, "taken once");
+        assert_eq!(h.take(1, b"nothing", closed), None);
+        assert_eq!(h.state.lock().pending, 1);
+        h.finished();
+        h.recalled(None);
+        assert_eq!(h.take(1, b"g", closed), None, "the server was lost");
+    }
+
+    /// This node's own requests keep a held directory's names: a create
+    /// adds its file, a rename moves the handle, a directory is not kept,
+    /// a refused or lost request drops the hold.
+    #[test]
+    fn this_nodes_requests_keep_the_names() {
+        let h = DirHolds::default();
+        held(&h, 1, &[("f", 5)]);
+        held(&h, 2, &[]);
+        let created = Response::Created {
+            attr: attr(7, FileKind::File),
+            policies: vec![],
+            parent: Some(attr(1, FileKind::Dir)),
+        };
+        let req = Request::Create {
+            parent: 1,
+            name: b"new".to_vec(),
+            mode: 0o644,
+            exclusive: true,
+        };
+        h.note(&req, Some(&created));
+        let rename = Request::Rename {
+            parent: 1,
+            name: b"f".to_vec(),
+            new_parent: 2,
+            new_name: b"moved".to_vec(),
+        };
+        h.note(&rename, Some(&Response::Ok));
+        let mkdir = Request::Mkdir {
+            parent: 2,
+            name: b"sub".to_vec(),
+            mode: 0o755,
+        };
+        h.note(&mkdir, Some(&Response::Attr(attr(8, FileKind::Dir))));
+        assert_eq!(h.take(1, b"f", closed), None, "renamed away");
+        assert!(h.take(2, b"sub", closed).is_none(), "a directory");
+        assert!(h.take(2, b"moved", |x| x == 5).is_none(), "the handle moved with it");
+        assert!(h.take(1, b"new", closed).is_some());
+        let unlink = Request::Unlink {
+            parent: 2,
+            name: b"x".to_vec(),
+            keep_open: false,
+        };
+        h.note(&unlink, None);
+        assert!(h.take(2, b"moved", closed).is_none(), "lost: not held any more");
+    }
+}
