@@ -2107,6 +2107,43 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
     }
     assert_eq!(std::fs::read(b.p("d/f35")).unwrap(), vec![35u8; 3500]);
 
+    // A directory a emptied is removed elsewhere (on b, and by a client
+    // without leases, which asks nothing about it first): a's unlinks
+    // are made first.
+    let data = cluster.0.to_str().unwrap().to_string();
+    for (dir, on_b) in [("r", true), ("s", false)] {
+        std::fs::create_dir(a.p(dir)).unwrap();
+        for i in 0..10 {
+            std::fs::write(a.p(&format!("{dir}/h{i}")), b"h").unwrap();
+        }
+        std::fs::remove_file(a.p(&format!("{dir}/h0"))).unwrap();
+        std::fs::remove_file(a.p(&format!("{dir}/h1"))).unwrap();
+        let (pa, pb, data) = (a.p(dir), b.p(dir), data.clone());
+        let cluster_path = format!("pc:/{dir}");
+        let other = while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+            for i in 2..10 {
+                std::fs::remove_file(pa.join(format!("h{i}")))?;
+            }
+            Ok(std::thread::spawn(move || {
+                if on_b {
+                    std::fs::remove_dir(pb).map_err(|e| e.to_string())
+                } else {
+                    let (ok, _, err) = parcache(&["rm", "--data", &data, &cluster_path]);
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(err)
+                    }
+                }
+            }))
+        })
+        .expect("an unlink in a directory held alone waited for the metadata server");
+        other
+            .join()
+            .unwrap()
+            .expect("the directory a emptied, removed elsewhere");
+    }
+
     // A directory only a uses: its unlinks go behind, and a's own
     // requests see each at once.
     std::fs::create_dir(a.p("e")).unwrap();

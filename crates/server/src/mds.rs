@@ -1487,7 +1487,7 @@ impl MdsHandler {
         &self,
         from: Option<u64>,
         grants: Option<u64>,
-        touched: &[Handle],
+        touched: &Touched,
         run: impl FnOnce(&Mds) -> R<Response>,
     ) -> Result<(Response, Vec<CallBack>), Vec<CallBack>> {
         let mds = &self.0;
@@ -1528,7 +1528,7 @@ impl MdsHandler {
         &self,
         from: Option<u64>,
         grants: Option<u64>,
-        touched: &[Handle],
+        touched: &Touched,
         run: impl Fn(&Mds) -> R<Response>,
     ) -> Response {
         loop {
@@ -1546,17 +1546,25 @@ impl MdsHandler {
     /// touches (`touched` and, for each file among them, the directory it
     /// was created or renamed in): each ends, to be called back. Nothing
     /// to read while no other node holds anything (the usual case).
-    fn holds_in_the_way(&self, now: Time, from: Option<u64>, touched: &[Handle]) -> Vec<CallBack> {
+    fn holds_in_the_way(&self, now: Time, from: Option<u64>, touched: &Touched) -> Vec<CallBack> {
+        let Touched(touched, named) = touched;
         let mut leases = self.5.lock();
-        if touched.is_empty() || !leases.holds.any_other(now, from) {
+        if (touched.is_empty() && named.is_empty()) || !leases.holds.any_other(now, from) {
             return vec![];
         }
-        let mut dirs = touched.to_vec();
-        for &h in touched {
+        let mut dirs = touched.clone();
+        for &h in touched.iter() {
             if let Ok(i) = self.0.read(|tx| tx.get(h)) {
                 if i.attr.kind != FileKind::Dir {
                     dirs.push(i.parent);
                 }
+            }
+        }
+        // A directory removed, or renamed over, by name: its holder's
+        // unlinks are made first (it is empty once they are).
+        for (parent, name) in named {
+            if let Ok(Some(h)) = self.0.read(|tx| tx.entry(*parent, name)) {
+                dirs.push(h);
             }
         }
         dirs.sort_unstable();
@@ -1587,7 +1595,7 @@ impl MdsHandler {
         let mds = &self.0;
         let _one = mds.one_op.lock();
         let now = self.2.now();
-        let holders = self.holds_in_the_way(now, Some(node), &[dir]);
+        let holders = self.holds_in_the_way(now, Some(node), &Touched(vec![dir], vec![]));
         if !holders.is_empty() {
             return Err(holders);
         }
@@ -1680,12 +1688,16 @@ fn lookup(tx: &Tx<'_>, parent: Handle, name: &[u8]) -> R<Inode> {
     tx.get(h)
 }
 
-/// The files and directories a request reads or changes names of, or
-/// takes a lease on: an other node's hold on any of them (or on the
-/// directory of a file among them) is called back before it runs.
-fn touched(req: &Request) -> Vec<Handle> {
+/// What a request touches: the files and directories it reads or changes
+/// names of, or takes a lease on; and the names it removes or renames over
+/// (a directory among them). An other node's hold on any of them (or on
+/// the directory of a file among them) is called back before it runs.
+#[derive(Default)]
+struct Touched(Vec<Handle>, Vec<(Handle, Vec<u8>)>);
+
+fn touched(req: &Request) -> Touched {
     use Request::*;
-    match req {
+    let handles = match req {
         Lookup { parent, .. }
         | LookupPolicy { parent, .. }
         | Create { parent, .. }
@@ -1703,7 +1715,18 @@ fn touched(req: &Request) -> Vec<Handle> {
         | Forget { handle } => vec![*handle],
         WatchDir { dir } | HoldDir { dir } => vec![*dir],
         _ => vec![],
-    }
+    };
+    let named = match req {
+        Rmdir { parent, name } => vec![(*parent, name.clone())],
+        Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+        } => vec![(*parent, name.clone()), (*new_parent, new_name.clone())],
+        _ => vec![],
+    };
+    Touched(handles, named)
 }
 
 fn grants_lease(req: &Request) -> bool {
@@ -1847,7 +1870,7 @@ impl Handler for MdsHandler {
                 // calls the node back. Another node holding the directory
                 // is called back first (its unlinks are made).
                 Some(node) => {
-                    self.leased_alone(Some(node), None, &[dir], |m| {
+                    self.leased_alone(Some(node), None, &Touched(vec![dir], vec![]), |m| {
                         m.read(|tx| tx.dir(dir)).map(|i| {
                             self.5.lock().grant(self.2.now(), node, dir);
                             Response::Attr(i.attr)
@@ -1857,12 +1880,16 @@ impl Handler for MdsHandler {
                 }
             },
             Request::WrittenSmall { handle, size, base } => {
-                self.leased_alone(from, None, &[], |m| m.written(handle, size, Some((base, &data))))
-                    .await
+                self.leased_alone(from, None, &Touched::default(), |m| {
+                    m.written(handle, size, Some((base, &data)))
+                })
+                .await
             }
             Request::SetXattr { handle, name, flags } => {
-                self.leased_alone(from, None, &[], |m| m.set_xattr(handle, name.clone(), flags, &data))
-                    .await
+                self.leased_alone(from, None, &Touched::default(), |m| {
+                    m.set_xattr(handle, name.clone(), flags, &data)
+                })
+                .await
             }
             Request::HoldDir { dir } => match from {
                 None => Response::error(
