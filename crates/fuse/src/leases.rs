@@ -17,7 +17,7 @@
 use fuser::Notifier;
 use parcache_client::{Attr, FileKind, Fs};
 use parcache_core::consistency::leases::LEASE;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -37,6 +37,11 @@ const MARGIN: Duration = Duration::from_millis(50);
 #[derive(Default)]
 pub(crate) struct KernelLeases {
     held: Mutex<Held>,
+    /// Held (shared) by each answer from working out its time to live
+    /// until it is written to the kernel; a callback takes it alone once
+    /// before invalidating, so no answer worked out before the callback
+    /// reaches the kernel after its invalidation.
+    replying: RwLock<()>,
     /// Set once the mount is up.
     pub(crate) notifier: OnceLock<Notifier>,
 }
@@ -111,11 +116,26 @@ impl KernelLeases {
         }
     }
 
+    /// Sends an answer with `a` (`send`, given its time to live as
+    /// [`KernelLeases::ttl`] works it out) before any callback that comes
+    /// after the time to live was worked out invalidates the kernel's copy.
+    pub(crate) fn reply_with<R>(
+        &self,
+        t: Ticket,
+        a: &Attr,
+        name: Option<(u64, &[u8])>,
+        dir_ttl: Duration,
+        send: impl FnOnce(&Duration) -> R,
+    ) -> R {
+        let _answering = self.replying.read();
+        send(&self.ttl(t, a, name, dir_ttl))
+    }
+
     /// How long the kernel may keep `a`, answered to the request of
     /// ticket `t`, reached as `name` in a directory (for an entry):
     /// what is left of the lease; none if a callback came after the
     /// ticket (or there is no lease). Directories keep `dir_ttl`.
-    pub(crate) fn ttl(&self, t: Ticket, a: &Attr, name: Option<(u64, &[u8])>, dir_ttl: Duration) -> Duration {
+    fn ttl(&self, t: Ticket, a: &Attr, name: Option<(u64, &[u8])>, dir_ttl: Duration) -> Duration {
         if a.kind == FileKind::Dir {
             return dir_ttl;
         }
@@ -199,6 +219,11 @@ impl KernelLeases {
                 }
             }
         };
+        // Answers whose time to live was worked out before the count
+        // moved reach the kernel first (those after give none). Not held
+        // while invalidating: the kernel's invalidation of a name waits
+        // for a lookup in its directory, which may wait for an answer.
+        drop(self.replying.write());
         let Some(n) = self.notifier.get() else {
             return;
         };
@@ -483,6 +508,48 @@ mod tests {
         assert_eq!(l.take_looked(5, (4, 4)), None);
         l.looked(ticket(&l), (4, 4), &a, p());
         assert!(l.take_looked(5, (4, 4)).is_some(), "and fresh again after all that");
+    }
+
+    /// A callback's invalidation comes after every answer whose time to
+    /// live was worked out before it: otherwise the kernel would keep the
+    /// old attributes it invalidated, for the whole lease.
+    #[test]
+    fn a_callback_waits_for_answers_worked_out_before_it() {
+        use std::sync::mpsc::channel;
+        let l = Arc::new(KernelLeases::default());
+        let (sending, being_sent) = channel();
+        let (go, gone) = channel::<()>();
+        let l2 = l.clone();
+        let answer = std::thread::spawn(move || {
+            l2.reply_with(
+                ticket(&l2),
+                &attr(5, FileKind::File),
+                Some((1, b"f")),
+                Duration::ZERO,
+                |ttl| {
+                    sending.send(*ttl).unwrap();
+                    gone.recv().unwrap();
+                },
+            )
+        });
+        assert!(!being_sent.recv().unwrap().is_zero(), "an answer under a lease");
+        let (l3, (done, ended)) = (l.clone(), channel());
+        let callback = std::thread::spawn(move || {
+            l3.forget(Some(5));
+            done.send(()).unwrap();
+        });
+        assert!(
+            ended.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the callback went ahead of an answer worked out before it"
+        );
+        go.send(()).unwrap();
+        ended
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the callback ends once the answer is sent");
+        answer.join().unwrap();
+        callback.join().unwrap();
+        let after = l.reply_with(ticket(&l), &attr(5, FileKind::File), None, Duration::ZERO, |ttl| *ttl);
+        assert!(!after.is_zero(), "a new answer after the callback is leased again");
     }
 
     #[test]

@@ -276,8 +276,8 @@ impl Mount {
         self.run(async move {
             match op.await {
                 Ok(a) => {
-                    let ttl = leases.ttl(t, &a, Some((parent, &name)), DIR_TTL);
-                    reply.entry(&ttl, &file_attr(&fs, &a), 0)
+                    let attr = file_attr(&fs, &a);
+                    leases.reply_with(t, &a, Some((parent, &name)), DIR_TTL, |ttl| reply.entry(ttl, &attr, 0))
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -519,7 +519,10 @@ impl Filesystem for Mount {
         let (leases, t) = self.ticket();
         self.run(async move {
             match fs.getattr(ino).await {
-                Ok(a) => reply.attr(&leases.ttl(t, &a, None, DIR_TTL), &file_attr(&fs, &a)),
+                Ok(a) => {
+                    let attr = file_attr(&fs, &a);
+                    leases.reply_with(t, &a, None, DIR_TTL, |ttl| reply.attr(ttl, &attr))
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -575,7 +578,10 @@ impl Filesystem for Mount {
                 }
             };
             match r.await {
-                Ok(a) => reply.attr(&leases.ttl(t, &a, None, DIR_TTL), &file_attr(&fs, &a)),
+                Ok(a) => {
+                    let attr = file_attr(&fs, &a);
+                    leases.reply_with(t, &a, None, DIR_TTL, |ttl| reply.attr(ttl, &attr))
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -768,8 +774,10 @@ impl Filesystem for Mount {
                         r.log(t, pid, a.handle, TraceOp::Open, 0, u64::from(writes(flags)));
                     }
                     remember(&open, a.clone());
-                    let ttl = leases.ttl(t, &a, Some((parent, &entry)), DIR_TTL);
-                    reply.created(&ttl, &file_attr(&fs, &a), 0, fh, how)
+                    let attr = file_attr(&fs, &a);
+                    leases.reply_with(t, &a, Some((parent, &entry)), DIR_TTL, |ttl| {
+                        reply.created(ttl, &attr, 0, fh, how)
+                    })
                 }
                 Err(e) => reply.error(errno(&e)),
             }
