@@ -175,7 +175,8 @@ pub fn up(a: UpArgs) -> Result<()> {
     if let Some(c) = &old {
         if c.pids.iter().any(|&p| alive(p)) {
             let whole = c.pids.len() == c.iods.len() + 1;
-            if !whole || c.pids.iter().all(|&p| alive(p)) {
+            // Every server up: only a mount asked for is left to do.
+            if !whole || (c.pids.iter().all(|&p| alive(p)) && a.mount.is_none()) {
                 bail!(
                     "a cluster is already running in {} (metadata server {}); `parcache down --data {}` stops it",
                     dir.display(),

@@ -90,7 +90,10 @@ pub fn state(dir: &Path) -> MountState {
     if !listed {
         return MountState::NotMounted;
     }
-    match std::fs::metadata(&abs) {
+    // Opening the directory always reaches the mount's process (a `stat`
+    // may be answered from the kernel's attributes for a second after it
+    // died); the listing is not read.
+    match std::fs::read_dir(&abs) {
         Err(e) if e.raw_os_error() == Some(107) => MountState::Stale, // ENOTCONN
         _ => MountState::Live,
     }

@@ -4,6 +4,7 @@
 use parcache_client::Fs;
 use rand::{Rng, SeedableRng};
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
@@ -709,6 +710,24 @@ fn up_restarts_only_the_servers_that_are_down() {
     let pids = c.pids();
     let (ok, _, err) = parcache(&["up", "--data", c.d()]);
     assert!(!ok && err.contains("already running"), "{err}");
+    // Every server up, a mount asked for: it is made; and made again
+    // after its process was killed (its dead mount point cleared).
+    let mnt3 = c.dir.join("mnt3");
+    for round in 0..2 {
+        let (ok, out, err) = parcache(&["up", "--data", c.d(), "--mount", mnt3.to_str().unwrap()]);
+        assert!(ok && out.contains("mounted on"), "round {round}: {out}{err}");
+        assert!(std::fs::read(mnt3.join("f.bin")).unwrap() == data, "round {round}");
+        let pid = String::from_utf8(
+            Command::new("pgrep")
+                .args(["-f", &format!("mount --data {} {}$", c.d(), mnt3.display())])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        c.kill9(pid.trim().parse().expect("the mount's process"));
+    }
+    assert_eq!(c.pids(), pids, "no server was restarted");
     // Data server 1 and the metadata server (last of the pids) die.
     c.kill9(pids[1]);
     c.kill9(pids[3]);

@@ -117,7 +117,8 @@ impl DirHolds {
     }
 
     /// The end of asking for `dir`: held from `sent` with `names` and
-    /// `attr`, unless it was called back meanwhile (since `sent`).
+    /// `attr`, unless it was called back meanwhile (since `sent`); if not
+    /// held, not asked for again for a while.
     fn asked(&self, dir: u64, sent: Instant, got: Option<(HashMap<Vec<u8>, u64>, Attr)>) {
         let mut s = self.state.lock();
         s.asking.remove(&dir);
@@ -136,8 +137,11 @@ impl DirHolds {
                     },
                 );
             }
+            // Refused (a directory too big), failed or called back: not
+            // asked for again soon either.
             _ => {
                 s.held.remove(&dir);
+                s.recalled.insert(dir, Instant::now());
             }
         }
     }
@@ -416,6 +420,9 @@ mod tests {
         );
         assert_eq!(h.take(1, b"f", closed), None, "called back while asked for");
         assert!(!h.ask(1), "called back lately");
+        assert!(!h.ask(3) && h.ask(3));
+        h.asked(3, Instant::now(), None);
+        assert!(!h.ask(3), "refused (too many names) lately");
         held(&h, 2, &[("f", 5)]);
         assert!(!h.ask(2), "a first unlink there");
         assert!(!h.ask(2), "held already");
