@@ -1987,7 +1987,13 @@ fn a_small_file_is_read_on_another_node_with_its_data_servers_stopped() {
     let got = read_while_stopped(iods, &b.p("large"), Duration::from_millis(1500));
     assert!(
         got.is_none(),
-        "a file over the limit was read with its data servers stopped"
+        "a file over the limit was read with its data servers stopped: {} bytes, {}",
+        got.as_ref().map_or(0, Vec::len),
+        if got.as_ref() == Some(&large) {
+            "its own"
+        } else {
+            "not its own"
+        }
     );
     assert!(std::fs::read(b.p("large")).unwrap() == large);
 
