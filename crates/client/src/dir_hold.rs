@@ -156,6 +156,11 @@ impl DirHolds {
 
     /// Returns once no unlink answered by this node is still under way.
     pub(crate) async fn settled(&self) {
+        // Every request to the metadata server passes here: most find
+        // nothing under way, and need no waiter.
+        if self.state.lock().pending == 0 {
+            return;
+        }
         loop {
             let woken = self.done.notified();
             tokio::pin!(woken);
