@@ -382,19 +382,8 @@ mod tests {
 
     fn attr(handle: u64, kind: FileKind) -> Attr {
         Attr {
-            handle,
-            kind,
-            size: 0,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            atime: Timestamp::default(),
-            mtime: Timestamp::default(),
-            ctime: Timestamp::default(),
             version: 1,
-            layout: None,
-            rdev: 0,
+            ..Attr::empty(handle, kind)
         }
     }
 

@@ -364,24 +364,9 @@ impl Drop for Adding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parcache_client::Timestamp;
 
     fn attr(handle: u64, kind: FileKind) -> Attr {
-        Attr {
-            handle,
-            kind,
-            size: 0,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            atime: Timestamp::default(),
-            mtime: Timestamp::default(),
-            ctime: Timestamp::default(),
-            version: 0,
-            layout: None,
-            rdev: 0,
-        }
+        Attr::empty(handle, kind)
     }
 
     fn ticket(l: &KernelLeases) -> Ticket {

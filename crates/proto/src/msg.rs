@@ -100,6 +100,28 @@ pub struct Attr {
     pub rdev: u32,
 }
 
+impl Attr {
+    /// Attributes of a `kind` with nothing in it: size 0, one link, mode
+    /// 0644, owned by root, every time at the epoch, version 0, no layout.
+    pub fn empty(handle: Handle, kind: FileKind) -> Self {
+        Attr {
+            handle,
+            kind,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 1,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            version: 0,
+            layout: None,
+            rdev: 0,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: Name,
