@@ -7,8 +7,10 @@
 //! cache-hit figure rereads 32 MiB the writer's node cache holds.
 //!
 //! Run: `cargo run --release -p parcache-bench --bin cluster-io [-- MIB]`
-//! (MIB: size of the sequential file, default 1024). The servers run in
-//! this process on their own tokio runtime, talking over real loopback
+//! (MIB: size of the sequential file, default 1024;
+//! `PARCACHE_PREFETCH=NAME` runs it under another prefetch policy than the
+//! default, `PARCACHE_BLOCK_KIB` with another node block size). The
+//! servers run in this process on their own tokio runtime, talking over real loopback
 //! sockets with the real protocol; the write log fsyncs as in production.
 
 use anyhow::Result;
@@ -99,6 +101,9 @@ fn main() -> Result<()> {
             ncfg.block_size = kib << 10;
         }
         let fs = Fs::connect_with(&mds_addr, &secret, ncfg.clone()).await?;
+        if let Ok(v) = std::env::var("PARCACHE_PREFETCH") {
+            fs.set_policy("/", "prefetch", &v).await?;
+        }
         let buf: Vec<u8> = (0..MIB).map(|i| (i * 7) as u8).collect();
         // One request at a time.
         let a = fs.create("/seq1", 0o644, true).await?;

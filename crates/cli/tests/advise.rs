@@ -125,9 +125,9 @@ fn recorded_runs_replay_advise_and_apply() {
     let v: serde_json::Value = serde_json::from_str(&out[..json_end]).unwrap();
     assert_eq!(v["sharing"]["shared in turn"], 1, "{}", v["sharing"]);
     let ranked = v["ranked"].as_array().unwrap();
-    // The private copy lets `none` in: 7 write × 3 prefetch × 6 caching
+    // The private copy lets `none` in: 7 write × 4 prefetch × 6 caching
     // plug-ins, posix once (the default among them).
-    assert_eq!(ranked.len(), 7 * 3 * 6 + 1);
+    assert_eq!(ranked.len(), 7 * 4 * 6 + 1);
     assert!(ranked.iter().filter(|r| r["default"] == true).count() == 1);
     let dirs = v["directories"].as_array().unwrap();
     let out_dir = dirs.iter().find(|d| d["dir"] == "/job/out").unwrap();

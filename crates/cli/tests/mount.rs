@@ -2217,3 +2217,48 @@ fn holes_read_as_zeros_after_reads_of_other_files() {
     }
     finish(base, cluster, a, b);
 }
+
+/// The default prefetch, `read-ahead`, on a real mount: random reads fetch
+/// only the blocks they read (one-block-ahead fetched one more each,
+/// Cortes et al. 1996 §7.4), and a sequential read finds blocks it fetched
+/// ahead. The counters are the node's, as `parcache status` reports them.
+#[test]
+fn random_reads_fetch_only_their_blocks_and_sequential_ones_read_ahead() {
+    use common::{nodes, stat, wait_for};
+    let (base, cluster, a, b) = two_nodes("read-ahead", "2");
+    let d = cluster.0.to_str().unwrap().to_string();
+    let data = pattern(16 << 20, 77);
+    std::fs::write(a.p("f"), &data).unwrap();
+    // b's cache is cold: every block it reads comes from the data servers.
+    let f = std::fs::File::open(b.p("f")).unwrap();
+    // No kernel read-ahead: each pread is one 4 KiB read of one block.
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();
+    let blocks = [200u64, 13, 97, 150, 3, 240, 61, 180, 30, 120];
+    let mut buf = [0u8; 4096];
+    for &k in &blocks {
+        let off = k * 65536 + 8192;
+        f.read_exact_at(&mut buf, off).unwrap();
+        assert!(buf[..] == data[off as usize..][..4096], "block {k} read wrong");
+    }
+    let n = wait_for(&d, "b's reads reported", |n| stat(n, &b, "server_reads") >= 10);
+    // A heartbeat later, nothing more was fetched.
+    std::thread::sleep(Duration::from_millis(5_500));
+    let later = nodes(&d);
+    assert_eq!(
+        (stat(&n, &b, "server_reads"), stat(&later, &b, "server_reads")),
+        (10, 10),
+        "random reads fetched blocks nobody read: {later:#?}"
+    );
+    drop(f);
+    // Sequentially, from the file's start: blocks fetched ahead are hits.
+    let whole = std::fs::read(b.p("f")).unwrap();
+    assert!(whole == data, "the sequential read differs");
+    let n = wait_for(&d, "b's hits on blocks read ahead", |n| {
+        stat(n, &b, "local_hits") >= 100
+    });
+    assert!(
+        stat(&n, &b, "server_reads") <= 10 + 256,
+        "a block was fetched twice: {n:#?}"
+    );
+    finish(base, cluster, a, b);
+}

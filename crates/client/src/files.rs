@@ -995,7 +995,12 @@ impl Fs {
             let version = st.file.version;
             self.interleaved_read(&st.pool, a.handle, offset, &mut buf[..n], size, version)
                 .await?;
-            if st.policies.prefetch == PrefetchKind::OneBlockAhead {
+            // The homes' caches see no stream: read-ahead asks for the next
+            // block as one-block-ahead does.
+            if matches!(
+                st.policies.prefetch,
+                PrefetchKind::OneBlockAhead | PrefetchKind::ReadAhead
+            ) {
                 let bs = self.cache.block_size as u64;
                 let next = end.div_ceil(bs) * bs;
                 self.interleaved_prefetch(&st, a.handle, next, (next + bs).min(size), version);

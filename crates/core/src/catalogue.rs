@@ -204,7 +204,9 @@ pub fn find_named<K: Copy>(
 /// data servers as soon as it is completely written, so streaming writes
 /// leave the node at once and little dirty data waits; Kotz & Ellis 1992
 /// found it the best write policy for parallel writers), `lru`,
-/// `one-block-ahead` prefetch, and `close-to-open` consistency.
+/// `read-ahead` prefetch (one-block-ahead for sequential readers, with a
+/// growing window; nothing for random ones), and `close-to-open`
+/// consistency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FilePolicies {
     pub write: WritePolicyKind,
@@ -224,7 +226,7 @@ impl Default for FilePolicies {
         FilePolicies {
             write: WritePolicyKind::WriteFull,
             replacement: ReplacementKind::Lru,
-            prefetch: PrefetchKind::OneBlockAhead,
+            prefetch: PrefetchKind::ReadAhead,
             consistency: ConsistencyKind::CloseToOpen,
             cooperative: CooperativeKind::None,
             store: StoreKind::Blocks,

@@ -617,7 +617,11 @@ impl Cache {
         if wrote {
             self.check_dirty_level();
         }
-        self.prefetch.on_access(key, &mut self.proposals);
+        if let Access::Write(_) = access {
+            self.prefetch.on_write(key, &mut self.proposals);
+        } else {
+            self.prefetch.on_access(key, &mut self.proposals);
+        }
         self.queue_proposals();
         Ok(())
     }
@@ -791,11 +795,15 @@ impl Cache {
     }
 
     /// A file of `blocks` blocks was opened (prefetch policies start here).
-    /// A policy sees at most as many blocks as the cache has buffers: more
-    /// would only evict the first it fetched.
+    /// `full-file-on-open` sees at most as many blocks as the cache has
+    /// buffers (more would only evict the first it fetched); the others
+    /// see the whole file, and read ahead up to its end.
     pub fn open(&mut self, now: Time, file: FileId, blocks: u64) {
         self.now = now;
-        let blocks = blocks.min(self.cfg.buffers as u64);
+        let blocks = match self.prefetch.kind() {
+            PrefetchKind::FullFileOnOpen => blocks.min(self.cfg.buffers as u64),
+            _ => blocks,
+        };
         self.prefetch.on_open(file, blocks, &mut self.proposals);
         self.queue_proposals();
     }

@@ -473,6 +473,60 @@ fn one_block_ahead_prefetches_when_the_device_is_idle() {
     assert_eq!(c.stats().prefetch_hits, 1);
 }
 
+/// Reads blocks `order` of a 64-block file one after another, every fetch
+/// and prefetch answered at once; returns (prefetches, prefetch hits).
+fn read_blocks(prefetch: PrefetchKind, order: &[u64]) -> (u64, u64) {
+    let mut c = Cache::new(CacheConfig {
+        buffers: 32,
+        block_size: BS,
+        prefetch,
+        ..CacheConfig::default()
+    })
+    .unwrap();
+    c.open(Time(0), 1, 64);
+    let mut t = 1;
+    for &i in order {
+        t += 1;
+        let b = loop {
+            match c.begin(Time(t), 0, k(i), Access::Read(r(0, BS))).unwrap() {
+                Begin::Ready(b) => break b,
+                Begin::Blocked => {
+                    for e in effects(&mut c) {
+                        if let Effect::Fetch { token, .. } = e {
+                            c.fetch_done(Time(t), token);
+                        }
+                    }
+                }
+            }
+        };
+        c.end(Time(t), 0, b, Access::Read(r(0, BS))).unwrap();
+        while let Some(Effect::Fetch { token, .. }) = c.poll_prefetch(Time(t), &mut |_| true) {
+            c.fetch_done(Time(t), token);
+        }
+    }
+    (c.stats().prefetches, c.stats().prefetch_hits)
+}
+
+/// Cortes et al. 1996 §7.4: one-block-ahead fetches a block nobody uses
+/// after each random read; read-ahead fetches none, and keeps a sequential
+/// reader's blocks coming as one-block-ahead does.
+#[test]
+fn read_ahead_fetches_nothing_for_random_reads_and_everything_for_sequential_ones() {
+    let random = [40, 7, 22, 51, 3, 30, 12, 60, 18, 45];
+    assert_eq!(read_blocks(PrefetchKind::OneBlockAhead, &random), (10, 0));
+    assert_eq!(read_blocks(PrefetchKind::ReadAhead, &random), (0, 0));
+    let sequential: Vec<u64> = (0..64).collect();
+    assert_eq!(read_blocks(PrefetchKind::OneBlockAhead, &sequential), (63, 63));
+    assert_eq!(read_blocks(PrefetchKind::ReadAhead, &sequential), (63, 63));
+    // Starting mid-file, the second block in a row starts the stream.
+    let mid: Vec<u64> = (20..40).collect();
+    assert_eq!(
+        read_blocks(PrefetchKind::ReadAhead, &mid),
+        (26, 18),
+        "and runs up to 8 blocks past its end"
+    );
+}
+
 #[test]
 fn full_file_on_open_queues_every_block_and_never_evicts_dirty_data() {
     let mut c = Cache::new(CacheConfig {
@@ -765,7 +819,7 @@ proptest! {
     fn no_written_byte_is_lost(write in any_write_policy(),
                                toss in any::<bool>(),
                                aux in 0usize..2,
-                               prefetch in 0usize..3,
+                               prefetch in 0usize..PrefetchKind::ALL.len(),
                                fill in any::<bool>(),
                                ops in proptest::collection::vec(op(), 1..120)) {
         let mut m = Model::new(CacheConfig {

@@ -6,10 +6,12 @@
 mod full_file_on_open;
 mod none;
 mod one_block_ahead;
+mod read_ahead;
 
 pub use full_file_on_open::FullFileOnOpen;
 pub use none::NoPrefetch;
 pub use one_block_ahead::OneBlockAhead;
+pub use read_ahead::ReadAhead;
 
 use crate::block::{BlockKey, FileId};
 use crate::error::PolicyError;
@@ -28,6 +30,11 @@ pub trait Prefetch: Send {
     fn on_access(&mut self, key: BlockKey, out: &mut Vec<BlockKey>) {
         let _ = (key, out);
     }
+    /// A block of an open file was written: an access, unless the policy
+    /// reads ahead for readers only.
+    fn on_write(&mut self, key: BlockKey, out: &mut Vec<BlockKey>) {
+        self.on_access(key, out)
+    }
     /// The file was closed: forget what is known of it.
     fn on_close(&mut self, file: FileId) {
         let _ = file;
@@ -40,13 +47,15 @@ pub enum PrefetchKind {
     None,
     OneBlockAhead,
     FullFileOnOpen,
+    ReadAhead,
 }
 
 impl PrefetchKind {
-    pub const ALL: [PrefetchKind; 3] = [
+    pub const ALL: [PrefetchKind; 4] = [
         PrefetchKind::None,
         PrefetchKind::OneBlockAhead,
         PrefetchKind::FullFileOnOpen,
+        PrefetchKind::ReadAhead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +63,7 @@ impl PrefetchKind {
             PrefetchKind::None => "none",
             PrefetchKind::OneBlockAhead => "one-block-ahead",
             PrefetchKind::FullFileOnOpen => "full-file-on-open",
+            PrefetchKind::ReadAhead => "read-ahead",
         }
     }
 
@@ -62,6 +72,7 @@ impl PrefetchKind {
             PrefetchKind::None => Box::new(NoPrefetch),
             PrefetchKind::OneBlockAhead => Box::new(OneBlockAhead::default()),
             PrefetchKind::FullFileOnOpen => Box::new(FullFileOnOpen),
+            PrefetchKind::ReadAhead => Box::new(ReadAhead::default()),
         }
     }
 }

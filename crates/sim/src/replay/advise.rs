@@ -691,8 +691,8 @@ mod tests {
     fn space_counts_posix_once_and_narrows_by_name() {
         let one = Space::for_trace(&[Sharing::Private], 1);
         let c = one.choices();
-        // 7 write × 2 replacement × 3 prefetch × 6 caching plug-ins, posix once.
-        assert_eq!(c.len(), 7 * 2 * 3 * 6 + 1);
+        // 7 write × 2 replacement × 4 prefetch × 6 caching plug-ins, posix once.
+        assert_eq!(c.len(), 7 * 2 * 4 * 6 + 1);
         assert_eq!(c[0], Choice::default());
         assert_eq!(c.iter().filter(|c| c.consistency == ConsistencyKind::Posix).count(), 1);
         let shared = Space::for_trace(&[Sharing::Conflicting], 3);

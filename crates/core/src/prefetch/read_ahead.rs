@@ -1,0 +1,207 @@
+//! `read-ahead` — one-block-ahead for sequential readers only, with a
+//! window that grows while they stay sequential. Cortes et al. 1996 §7.4
+//! found one-block-ahead's two faults: the next block is asked for too late
+//! to be there in time, and random accesses gain nothing from it (each
+//! costs a fetch nobody uses). So, as an operating system's read-ahead
+//! does: an access to block k+1 right after block k of the same stream
+//! doubles the stream's window (1, 2, 4 … [`MAX_WINDOW`] blocks) and queues
+//! the blocks up to k+1+window not queued yet; an access that continues no
+//! stream queues nothing and starts a new one. Each file keeps up to
+//! [`STREAMS`] streams, so processes reading their own parts of one file
+//! (IOR's shared-file layout) each keep theirs.
+
+use super::{Prefetch, PrefetchKind};
+use crate::block::{BlockKey, FileId};
+use rustc_hash::FxHashMap;
+
+/// Largest window, in blocks (512 KiB ahead at the node's 64 KiB blocks).
+pub const MAX_WINDOW: u64 = 8;
+
+/// Sequential streams followed per file; a new one replaces the one least
+/// recently continued.
+pub const STREAMS: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    /// The block accessed last.
+    last: u64,
+    /// Blocks queued ahead of `last` at the last step.
+    window: u64,
+    /// The highest block queued so far (none past it is queued again).
+    ahead: u64,
+    /// When it was last continued (a count of accesses to the file).
+    used: u64,
+}
+
+#[derive(Default)]
+struct FileStreams {
+    /// Size in blocks when opened, if it was (nothing past it is queued).
+    blocks: Option<u64>,
+    streams: Vec<Stream>,
+    clock: u64,
+}
+
+#[derive(Default)]
+pub struct ReadAhead {
+    files: FxHashMap<FileId, FileStreams>,
+}
+
+impl Prefetch for ReadAhead {
+    fn kind(&self) -> PrefetchKind {
+        PrefetchKind::ReadAhead
+    }
+
+    fn on_open(&mut self, file: FileId, blocks: u64, _out: &mut Vec<BlockKey>) {
+        self.files.entry(file).or_default().blocks = Some(blocks);
+    }
+
+    fn on_access(&mut self, key: BlockKey, out: &mut Vec<BlockKey>) {
+        let f = self.files.entry(key.file).or_default();
+        f.clock += 1;
+        let (i, now) = (key.index, f.clock);
+        // Another access to a stream's block (small reads within it).
+        if let Some(s) = f.streams.iter_mut().find(|s| s.last == i) {
+            s.used = now;
+            return;
+        }
+        let continued = f.streams.iter_mut().find(|s| s.last.checked_add(1) == Some(i));
+        let s = match continued {
+            Some(s) => {
+                s.window = (s.window * 2).clamp(1, MAX_WINDOW);
+                s.last = i;
+                s.used = now;
+                s
+            }
+            None => {
+                // A read from a file's start is taken for sequential at once.
+                let fresh = Stream {
+                    last: i,
+                    window: u64::from(i == 0),
+                    ahead: i,
+                    used: now,
+                };
+                if f.streams.len() < STREAMS {
+                    f.streams.push(fresh);
+                } else if let Some(old) = f.streams.iter_mut().min_by_key(|s| s.used) {
+                    *old = fresh;
+                }
+                match f.streams.iter_mut().find(|s| s.last == i) {
+                    Some(s) if s.window > 0 => s,
+                    _ => return,
+                }
+            }
+        };
+        let mut end = i.saturating_add(s.window);
+        if let Some(n) = f.blocks {
+            end = end.min(n.saturating_sub(1));
+        }
+        let from = s.ahead.max(i) + 1;
+        for b in from..=end {
+            out.push(BlockKey::new(key.file, b));
+        }
+        s.ahead = s.ahead.max(end);
+    }
+
+    /// A writer needs nothing read ahead (one-block-ahead queues after
+    /// writes too, the paper's way).
+    fn on_write(&mut self, _key: BlockKey, _out: &mut Vec<BlockKey>) {}
+
+    fn on_close(&mut self, file: FileId) {
+        self.files.remove(&file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(p: &mut ReadAhead, file: FileId, i: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        p.on_access(BlockKey::new(file, i), &mut out);
+        out.into_iter().map(|k| k.index).collect()
+    }
+
+    #[test]
+    fn a_sequential_reader_gets_a_window_that_doubles_up_to_the_largest() {
+        let mut p = ReadAhead::default();
+        p.on_open(1, 100, &mut Vec::new());
+        assert_eq!(access(&mut p, 1, 0), vec![1], "a file's start is sequential at once");
+        assert_eq!(
+            access(&mut p, 1, 0),
+            Vec::<u64>::new(),
+            "the same block again queues nothing"
+        );
+        assert_eq!(access(&mut p, 1, 1), vec![2, 3]);
+        assert_eq!(access(&mut p, 1, 2), vec![4, 5, 6]);
+        assert_eq!(access(&mut p, 1, 3), vec![7, 8, 9, 10, 11]);
+        // At the largest window, each step queues one block more.
+        assert_eq!(access(&mut p, 1, 4), vec![12]);
+        assert_eq!(access(&mut p, 1, 5), vec![13]);
+    }
+
+    #[test]
+    fn random_accesses_queue_nothing() {
+        let mut p = ReadAhead::default();
+        p.on_open(1, 1000, &mut Vec::new());
+        for i in [500, 17, 912, 300, 301 + 40, 3] {
+            assert!(access(&mut p, 1, i).is_empty(), "block {i}");
+        }
+        // Two in a row start a stream, from its second block on.
+        assert_eq!(access(&mut p, 1, 4), vec![5]);
+    }
+
+    #[test]
+    fn nothing_past_the_file_end_at_open_is_queued() {
+        let mut p = ReadAhead::default();
+        p.on_open(1, 3, &mut Vec::new());
+        assert_eq!(access(&mut p, 1, 0), vec![1]);
+        assert_eq!(access(&mut p, 1, 1), vec![2]);
+        assert!(access(&mut p, 1, 2).is_empty());
+        // A file never opened here has no known end.
+        assert_eq!(access(&mut p, 2, 0), vec![1]);
+    }
+
+    #[test]
+    fn two_readers_of_one_file_each_keep_their_stream() {
+        let mut p = ReadAhead::default();
+        p.on_open(1, 1000, &mut Vec::new());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for k in 0..6 {
+            a.extend(access(&mut p, 1, k));
+            b.extend(access(&mut p, 1, 500 + k));
+        }
+        assert_eq!(a, (1..=13).collect::<Vec<_>>());
+        assert_eq!(
+            b,
+            (502..=513).collect::<Vec<_>>(),
+            "the second starts at its second block"
+        );
+        // A fifth stream replaces the one least recently continued: a's.
+        for start in [100, 200, 300] {
+            assert!(access(&mut p, 1, start).is_empty());
+        }
+        assert_eq!(access(&mut p, 1, 506), vec![514]);
+        assert!(access(&mut p, 1, 6).is_empty(), "a's stream was replaced");
+    }
+
+    #[test]
+    fn writes_queue_nothing_and_leave_the_streams_as_they_were() {
+        let mut p = ReadAhead::default();
+        p.on_open(1, 100, &mut Vec::new());
+        let mut out = Vec::new();
+        for i in 0..4 {
+            p.on_write(BlockKey::new(1, i), &mut out);
+        }
+        assert!(out.is_empty());
+        assert_eq!(access(&mut p, 1, 0), vec![1]);
+    }
+
+    #[test]
+    fn close_forgets_the_file() {
+        let mut p = ReadAhead::default();
+        p.on_open(1, 10, &mut Vec::new());
+        access(&mut p, 1, 0);
+        p.on_close(1);
+        assert!(p.files.is_empty());
+    }
+}
