@@ -21,7 +21,6 @@ use parcache_core::{
     split_blocks, Access, AccessError, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect,
     FileId, PolicyError, Time, WritePolicyKind,
 };
-use parcache_proto::BufPool;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::pin::pin;
@@ -57,8 +56,11 @@ pub enum DriverError {
 
 struct State {
     cache: Cache,
-    /// Each buffer's bytes, allocated on first use.
-    mem: Vec<Option<Box<[u8]>>>,
+    /// Each buffer's bytes, allocated on first use. Reference-counted, so
+    /// an answer, a write-back or an eviction can send a block's bytes
+    /// without copying them; a change to a block still being sent copies
+    /// it first.
+    mem: Vec<Option<Arc<[u8]>>>,
     /// Blocks whose last fetch failed, with why (told to its waiters).
     failed_fetch: HashMap<BlockKey, BelowError>,
     /// Files whose dirty data failed to go down, with why (told to the next
@@ -69,15 +71,33 @@ struct State {
 }
 
 impl State {
+    fn slot(&mut self, b: BufId, block_size: u32) -> &mut Arc<[u8]> {
+        self.mem[b.index()].get_or_insert_with(|| std::iter::repeat_n(0u8, block_size as usize).collect())
+    }
+
+    /// Buffer `b`'s bytes, to change (copied first where something being
+    /// sent still holds them).
     fn mem(&mut self, b: BufId, block_size: u32) -> &mut [u8] {
-        self.mem[b.index()].get_or_insert_with(|| vec![0u8; block_size as usize].into_boxed_slice())
+        let slot = self.slot(b, block_size);
+        if Arc::get_mut(slot).is_none() {
+            *slot = Arc::from(&slot[..]);
+        }
+        Arc::get_mut(slot).expect("just made unique")
+    }
+
+    /// Buffer `b`'s bytes, to read.
+    fn view(&mut self, b: BufId, block_size: u32) -> &[u8] {
+        self.slot(b, block_size)
+    }
+
+    /// Bytes `start..end` of buffer `b`, sharing its memory.
+    fn share(&mut self, b: BufId, block_size: u32, start: u32, end: u32) -> Bytes {
+        Bytes::from_owner(Arc::clone(self.slot(b, block_size))).slice(start as usize..end as usize)
     }
 }
 
 struct Shared<B> {
     state: Mutex<State>,
-    /// Buffers for [`Driver::read_bytes`]'s answers.
-    answers: Arc<BufPool>,
     below: B,
     block_size: u32,
     epoch: Instant,
@@ -127,7 +147,6 @@ impl<B: Below> Driver<B> {
         let mut cache = Cache::new(cfg)?;
         cache.report_evictions(below.wants_evictions());
         let shared = Arc::new(Shared {
-            answers: Arc::default(),
             state: Mutex::new(State {
                 cache,
                 mem: (0..n).map(|_| None).collect(),
@@ -186,7 +205,7 @@ impl<B: Below> Driver<B> {
         let sh = &*self.shared;
         let mut st = sh.lock();
         let b = st.cache.resident(key)?;
-        Some(Bytes::copy_from_slice(st.mem(b, sh.block_size)))
+        Some(st.share(b, sh.block_size, 0, sh.block_size))
     }
 
     /// Bytes `0..len` of block `key` if the cache holds them clean, without
@@ -196,7 +215,7 @@ impl<B: Below> Driver<B> {
         let sh = &*self.shared;
         let mut st = sh.lock();
         let b = st.cache.clean_prefix(key, len)?;
-        Some(Bytes::copy_from_slice(&st.mem(b, sh.block_size)[..len as usize]))
+        Some(st.share(b, sh.block_size, 0, len))
     }
 
     /// Whether the cache holds any of block `key` (clean or dirty, whole or
@@ -280,8 +299,8 @@ impl<B: Below> Driver<B> {
         let bs = self.shared.block_size;
         let accesses = split_blocks(offset, data.len() as u64, bs).map(|p| {
             let src = &data[p.request_offset as usize..][..p.range.len() as usize];
-            self.access(BlockKey::new(file, p.index), Access::Write(p.range), move |m| {
-                m.copy_from_slice(src)
+            self.access(BlockKey::new(file, p.index), Access::Write(p.range), move |st, b, r| {
+                st.mem(b, bs)[r.start as usize..r.end as usize].copy_from_slice(src)
             })
         });
         for r in join_all(accesses).await {
@@ -304,8 +323,8 @@ impl<B: Below> Driver<B> {
             let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.range.len() as usize);
             rest = tail;
             accesses.push(
-                self.access(BlockKey::new(file, p.index), Access::Read(p.range), move |m| {
-                    mine.copy_from_slice(m)
+                self.access(BlockKey::new(file, p.index), Access::Read(p.range), move |st, b, r| {
+                    mine.copy_from_slice(&st.view(b, bs)[r.start as usize..r.end as usize])
                 }),
             );
         }
@@ -316,32 +335,32 @@ impl<B: Below> Driver<B> {
     }
 
     /// Reads `len` bytes at `offset` of `file` as [`Driver::read`] does,
-    /// into a buffer of the cache's [`BufPool`] (one a dropped answer
-    /// gave back where there is one), each byte copied once straight out of
-    /// the cache with no zeroing first (a data server's answer to a node).
-    pub async fn read_bytes(&self, file: FileId, offset: u64, len: usize) -> Result<Bytes, DriverError> {
+    /// as one piece per block that shares the cache's buffer: nothing is
+    /// copied (a data server's answer to a node; a later change to a block
+    /// still being sent copies the block instead).
+    pub async fn read_pieces(&self, file: FileId, offset: u64, len: usize) -> Result<Vec<Bytes>, DriverError> {
         let bs = self.shared.block_size;
-        let mut parts = split_blocks(offset, len as u64, bs);
-        match (parts.next(), parts.next()) {
-            (Some(p), None) => {
-                let mut out = self.shared.answers.take(len);
-                self.access(BlockKey::new(file, p.index), Access::Read(p.range), |m| {
-                    out.copy_from_slice(m)
-                })
-                .await?;
-                Ok(self.shared.answers.bytes(out))
-            }
-            (None, _) => Ok(Bytes::new()),
-            _ => {
-                let mut out = self.shared.answers.take(len);
-                self.read(file, offset, &mut out).await?;
-                Ok(self.shared.answers.bytes(out))
-            }
+        let parts: Vec<_> = split_blocks(offset, len as u64, bs).collect();
+        let mut pieces = vec![Bytes::new(); parts.len()];
+        let accesses = parts.iter().zip(pieces.iter_mut()).map(|(p, piece)| {
+            self.access(BlockKey::new(file, p.index), Access::Read(p.range), move |st, b, r| {
+                *piece = st.share(b, bs, r.start, r.end)
+            })
+        });
+        for r in join_all(accesses).await {
+            r?;
         }
+        Ok(pieces)
     }
 
-    /// One block access on a lane: begin, wait while blocked, copy, end.
-    async fn access(&self, key: BlockKey, access: Access, copy: impl FnOnce(&mut [u8])) -> Result<(), DriverError> {
+    /// One block access on a lane: begin, wait while blocked, copy (given
+    /// the buffer and the access's range of it), end.
+    async fn access(
+        &self,
+        key: BlockKey,
+        access: Access,
+        copy: impl FnOnce(&mut State, BufId, ByteRange),
+    ) -> Result<(), DriverError> {
         let sh = &*self.shared;
         let _permit = sh.lane_permits.acquire().await.expect("never closed");
         let id = sh.free_lanes.lock().pop().expect("a permit means a free lane");
@@ -367,8 +386,7 @@ impl<B: Below> Driver<B> {
                 Shared::drive(&self.shared, &mut st);
                 match begun? {
                     Begin::Ready(b) => {
-                        let mem = st.mem(b, sh.block_size);
-                        (copy.take().expect("copied once"))(&mut mem[r.start as usize..r.end as usize]);
+                        (copy.take().expect("copied once"))(&mut st, b, r);
                         let ended = st.cache.end(now, lane.id, b, access);
                         Shared::drive(&self.shared, &mut st);
                         return Ok(ended?);
@@ -512,18 +530,17 @@ impl<B: Below> Shared<B> {
         match e {
             Effect::Resume { proc } => me.lanes[proc as usize].notify_one(),
             Effect::Evicted { key, buf } => {
-                let data = Bytes::copy_from_slice(st.mem(buf, me.block_size));
+                let data = st.share(buf, me.block_size, 0, me.block_size);
                 me.below.evicted(key, data);
             }
             Effect::Write {
                 token, key, buf, dirty, ..
             } => {
                 let bs = me.block_size;
-                let mem = st.mem(buf, bs);
                 let pieces: Vec<(u32, Bytes)> = dirty
                     .ranges()
                     .iter()
-                    .map(|r| (r.start, Bytes::copy_from_slice(&mem[r.start as usize..r.end as usize])))
+                    .map(|r| (r.start, st.share(buf, bs, r.start, r.end)))
                     .collect();
                 let me = Arc::clone(me);
                 tokio::spawn(async move {

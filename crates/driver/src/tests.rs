@@ -393,17 +393,41 @@ fn a_block_written_around_the_cache_replaces_only_a_clean_copy() {
     });
 }
 
-/// `read_bytes` answers as `read` does, within one block and across several.
+/// `read_pieces` answers as `read` does, within one block and across
+/// several, one piece per block.
 #[test]
-fn read_bytes_matches_read() {
+fn read_pieces_matches_read() {
     rt().block_on(async {
         let below = Arc::new(Mem::new(64));
         let d = simple(4, WritePolicyKind::WriteBack, &below);
         let data: Vec<u8> = (0..200u8).collect();
         d.write(3, 0, &data).await.unwrap();
-        for (off, len) in [(0u64, 64usize), (10, 20), (60, 100), (0, 0), (199, 1)] {
-            let got = d.read_bytes(3, off, len).await.unwrap();
-            assert_eq!(&got[..], &data[off as usize..off as usize + len], "{off}+{len}");
+        for (off, len, n) in [(0u64, 64usize, 1), (10, 20, 1), (60, 100, 3), (0, 0, 0), (199, 1, 1)] {
+            let got = d.read_pieces(3, off, len).await.unwrap();
+            assert_eq!(got.len(), n, "{off}+{len}: pieces");
+            assert_eq!(got.concat(), &data[off as usize..off as usize + len], "{off}+{len}");
         }
+    });
+}
+
+/// A piece shares the cache's buffer: a write to the block while the piece
+/// is still held changes the cache's copy only, and a write-back sends the
+/// bytes as they were when it began.
+#[test]
+fn a_block_changed_while_a_piece_of_it_is_held_is_copied_first() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = simple(4, WritePolicyKind::WriteBack, &below);
+        d.write(3, 0, &[1u8; 64]).await.unwrap();
+        let held = d.read_pieces(3, 0, 64).await.unwrap();
+        d.write(3, 8, &[2u8; 8]).await.unwrap();
+        assert_eq!(held.concat(), vec![1u8; 64], "the piece kept the bytes it was given");
+        let mut now = vec![0u8; 64];
+        d.read(3, 0, &mut now).await.unwrap();
+        let mut want = vec![1u8; 64];
+        want[8..16].fill(2);
+        assert_eq!(now, want);
+        d.flush_all().await.unwrap();
+        assert_eq!(below.file(3), want, "the write-back sent the block as written");
     });
 }

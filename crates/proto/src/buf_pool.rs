@@ -1,9 +1,10 @@
-//! Buffers for large payloads (a frame read from a socket, a data server's
-//! answer out of its cache), used again once the payload is dropped. A new
-//! buffer per payload costs the kernel a page fault and a cleared page for
-//! each 4 KiB it touches, since the allocator gives freed buffers of this
-//! size back to the kernel: a fifth of a data server's CPU, and a tenth of
-//! a mount's, on a cold sequential read through a mount (issue 14).
+//! Buffers for large payloads (a frame read from a socket, a run of blocks
+//! a data server reads from its store), used again once the payload is
+//! dropped. A new buffer per payload costs the kernel a page fault and a
+//! cleared page for each 4 KiB it touches, since the allocator gives freed
+//! buffers of this size back to the kernel: a fifth of a data server's
+//! CPU, and a tenth of a mount's, on a cold sequential read through a
+//! mount (issue 14).
 
 use bytes::Bytes;
 use parking_lot::Mutex;

@@ -240,6 +240,16 @@ impl Client {
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request, data: Bytes) -> impl Future<Output = (Response, Bytes)> + Send;
 
+    /// As [`Handler::handle`], for an answer whose payload is several
+    /// pieces sent one after another, uncopied (a data server's blocks
+    /// straight out of its cache). By default the one piece of `handle`.
+    fn handle_pieces(&self, req: Request, data: Bytes) -> impl Future<Output = (Response, Vec<Bytes>)> + Send {
+        async move {
+            let (resp, data) = self.handle(req, data).await;
+            (resp, vec![data])
+        }
+    }
+
     /// A connection that carried requests made for `node`
     /// (`Request::As`) closed: the node's process is gone or will
     /// reconnect (and then holds nothing it was granted before).
@@ -341,16 +351,22 @@ async fn connection<H: Handler>(
                 }
                 let (handler, tx) = (handler.clone(), tx.clone());
                 tokio::spawn(async move {
-                    let (resp, data) = handler.handle(f.msg, f.data).await;
+                    let (resp, pieces) = handler.handle_pieces(f.msg, f.data).await;
                     // A small payload goes in the head (one buffer, no
                     // vectored write); a large one after it, uncopied.
-                    let room = if data.len() <= INLINE_PAYLOAD { data.len() } else { 0 };
-                    let frame = match encode_head(f.id, &resp, data.len(), room) {
+                    let len = pieces.iter().map(Bytes::len).sum();
+                    let room = if len <= INLINE_PAYLOAD { len } else { 0 };
+                    let frame: Frame = match encode_head(f.id, &resp, len, room) {
                         Ok(mut head) if room > 0 => {
-                            head.extend_from_slice(&data);
-                            (head, Bytes::new())
+                            for p in &pieces {
+                                head.extend_from_slice(p);
+                            }
+                            (head, Bytes::new()).into()
                         }
-                        Ok(head) => (head, data),
+                        Ok(head) => match <[Bytes; 1]>::try_from(pieces) {
+                            Ok([one]) => (head, one).into(),
+                            Err(pieces) => Frame::pieces(head, &pieces),
+                        },
                         Err(e) => (
                             encode(
                                 f.id,
@@ -359,7 +375,8 @@ async fn connection<H: Handler>(
                             )
                             .expect("small error reply encodes"),
                             Bytes::new(),
-                        ),
+                        )
+                            .into(),
                     };
                     let _ = tx.send(frame);
                 });

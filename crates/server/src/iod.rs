@@ -546,7 +546,71 @@ fn beyond_limit(what: &str, handle: u64, offset: u64, len: u64) -> Option<Respon
 
 struct IodHandler(Arc<Iod>, Arc<watch::Sender<bool>>);
 
+impl IodHandler {
+    /// A read, answered with the blocks straight out of the cache, one
+    /// piece each (no copy).
+    async fn read(&self, handle: u64, offset: u64, len: u64, need: u64) -> (Response, Vec<Bytes>) {
+        let iod = &self.0;
+        if len > parcache_proto::frame::MAX_PAYLOAD as u64 {
+            return (
+                Response::error(ErrorCode::Invalid, format!("read of {len} bytes is over the limit")),
+                Vec::new(),
+            );
+        }
+        if let Some(r) = beyond_limit("read", handle, offset, len) {
+            return (r, Vec::new());
+        }
+        iod.reads.fetch_add(1, Ordering::Relaxed);
+        let have = match iod.part_len(handle).await {
+            Ok(have) => have,
+            Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Vec::new()),
+        };
+        if have < need {
+            tracing::error!(
+                "handle {handle}: this server holds {have} bytes of its part, the file's size needs \
+                 {need}: stripes are missing from the store"
+            );
+            return (
+                Response::error(
+                    ErrorCode::Io,
+                    format!(
+                        "stripes of handle {handle} are missing from this data server's store \
+                         (it holds {have} bytes of its part, the file needs {need})"
+                    ),
+                ),
+                Vec::new(),
+            );
+        }
+        // Only what the part holds: past its end the reader has
+        // zeros without them crossing the wire (a 4 KiB file's
+        // read asks for its whole 64 KiB block).
+        let held = have.saturating_sub(offset).min(len);
+        return match iod.cache.read_pieces(handle, offset, held as usize).await {
+            Ok(pieces) => (Response::Data { len: held }, pieces),
+            Err(e) => (
+                Response::error(ErrorCode::Io, format!("read of handle {handle}: {e}")),
+                Vec::new(),
+            ),
+        };
+    }
+}
+
 impl Handler for IodHandler {
+    async fn handle_pieces(&self, req: Request, data: Bytes) -> (Response, Vec<Bytes>) {
+        match req {
+            Request::Read {
+                handle,
+                offset,
+                len,
+                need,
+            } => self.read(handle, offset, len, need).await,
+            req => {
+                let (resp, data) = self.handle(req, data).await;
+                (resp, vec![data])
+            }
+        }
+    }
+
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         let iod = &self.0;
         let resp = match req {
@@ -593,47 +657,10 @@ impl Handler for IodHandler {
                 len,
                 need,
             } => {
-                if len > parcache_proto::frame::MAX_PAYLOAD as u64 {
-                    return (
-                        Response::error(ErrorCode::Invalid, format!("read of {len} bytes is over the limit")),
-                        Bytes::new(),
-                    );
-                }
-                if let Some(r) = beyond_limit("read", handle, offset, len) {
-                    return (r, Bytes::new());
-                }
-                iod.reads.fetch_add(1, Ordering::Relaxed);
-                let have = match iod.part_len(handle).await {
-                    Ok(have) => have,
-                    Err(e) => return (io_reply(&format!("read of handle {handle}"), e), Bytes::new()),
-                };
-                if have < need {
-                    tracing::error!(
-                        "handle {handle}: this server holds {have} bytes of its part, the file's size needs \
-                         {need}: stripes are missing from the store"
-                    );
-                    return (
-                        Response::error(
-                            ErrorCode::Io,
-                            format!(
-                                "stripes of handle {handle} are missing from this data server's store \
-                                 (it holds {have} bytes of its part, the file needs {need})"
-                            ),
-                        ),
-                        Bytes::new(),
-                    );
-                }
-                // Only what the part holds: past its end the reader has
-                // zeros without them crossing the wire (a 4 KiB file's
-                // read asks for its whole 64 KiB block).
-                let held = have.saturating_sub(offset).min(len);
-                return match iod.cache.read_bytes(handle, offset, held as usize).await {
-                    Ok(buf) => (Response::Data { len: held }, buf),
-                    Err(e) => (
-                        Response::error(ErrorCode::Io, format!("read of handle {handle}: {e}")),
-                        Bytes::new(),
-                    ),
-                };
+                // The connection asks `handle_pieces`, which sends the
+                // pieces uncopied; this is for a caller that wants one.
+                let (resp, pieces) = self.read(handle, offset, len, need).await;
+                return (resp, Bytes::from(pieces.concat()));
             }
             Request::Truncate { handle, len } if len > MAX_PART => Response::error(
                 ErrorCode::Invalid,
