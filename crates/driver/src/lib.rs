@@ -60,7 +60,7 @@ struct State {
     /// an answer, a write-back or an eviction can send a block's bytes
     /// without copying them; a change to a block still being sent copies
     /// it first.
-    mem: Vec<Option<Arc<[u8]>>>,
+    mem: Vec<Option<Arc<Vec<u8>>>>,
     /// Blocks whose last fetch failed, with why (told to its waiters).
     failed_fetch: HashMap<BlockKey, BelowError>,
     /// Files whose dirty data failed to go down, with why (told to the next
@@ -71,8 +71,10 @@ struct State {
 }
 
 impl State {
-    fn slot(&mut self, b: BufId, block_size: u32) -> &mut Arc<[u8]> {
-        self.mem[b.index()].get_or_insert_with(|| std::iter::repeat_n(0u8, block_size as usize).collect())
+    /// A buffer is allocated zeroed by the kernel, page by page as it is
+    /// first touched (a 4 KiB file costs one page of its 64 KiB block).
+    fn slot(&mut self, b: BufId, block_size: u32) -> &mut Arc<Vec<u8>> {
+        self.mem[b.index()].get_or_insert_with(|| Arc::new(vec![0u8; block_size as usize]))
     }
 
     /// Buffer `b`'s bytes, to change (copied first where something being
@@ -80,7 +82,7 @@ impl State {
     fn mem(&mut self, b: BufId, block_size: u32) -> &mut [u8] {
         let slot = self.slot(b, block_size);
         if Arc::get_mut(slot).is_none() {
-            *slot = Arc::from(&slot[..]);
+            *slot = Arc::new(slot.to_vec());
         }
         Arc::get_mut(slot).expect("just made unique")
     }
@@ -92,7 +94,16 @@ impl State {
 
     /// Bytes `start..end` of buffer `b`, sharing its memory.
     fn share(&mut self, b: BufId, block_size: u32, start: u32, end: u32) -> Bytes {
-        Bytes::from_owner(Arc::clone(self.slot(b, block_size))).slice(start as usize..end as usize)
+        Bytes::from_owner(Held(Arc::clone(self.slot(b, block_size)))).slice(start as usize..end as usize)
+    }
+}
+
+/// A buffer's bytes held by what is sending them.
+struct Held(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 
