@@ -280,9 +280,30 @@ fn restart_down(dir: &Path, mut c: ClusterFile, mount: Option<&Path>) -> Result<
         println!("  restarted the {what} ({now}), which was down");
     }
     if let Some(mnt) = mount {
-        if mount::state(mnt) != mount::MountState::Live {
-            mount::clear_stale(mnt)?;
-            mount_cluster(dir, mnt)?;
+        // A mount this cluster recorded there whose process is gone is
+        // dead, even where the kernel still lets the directory be opened
+        // a moment after the kill.
+        let at = mount::absolute(mnt);
+        let mine: Vec<_> = mount::records(dir)
+            .into_iter()
+            .filter(|m| Some(&m.at) == at.as_ref())
+            .collect();
+        let dead = !mine.is_empty() && mine.iter().all(|m| !alive(m.pid));
+        match mount::state(mnt) {
+            MountState::Live if !dead => {}
+            MountState::Live => {
+                mount::lazy_unmount(mnt)?;
+                eprintln!(
+                    "parcache: {} was a dead mount (its process was killed): unmounted it",
+                    mnt.display()
+                );
+                mine.into_iter().for_each(mount::MountRecord::forget);
+                mount_cluster(dir, mnt)?;
+            }
+            _ => {
+                mount::clear_stale(mnt)?;
+                mount_cluster(dir, mnt)?;
+            }
         }
     }
     said_up(dir, &c);

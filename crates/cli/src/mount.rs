@@ -64,7 +64,7 @@ pub enum MountState {
 
 /// The absolute path of `dir` without touching `dir` itself (a dead mount
 /// point cannot be stat'ed, so `canonicalize` fails on it).
-fn absolute(dir: &Path) -> Option<PathBuf> {
+pub fn absolute(dir: &Path) -> Option<PathBuf> {
     let abs = std::path::absolute(dir).ok()?;
     match (abs.parent(), abs.file_name()) {
         (Some(p), Some(n)) => Some(p.canonicalize().ok()?.join(n)),
