@@ -581,17 +581,17 @@ impl IodHandler {
                 Vec::new(),
             );
         }
-        // Only what the part holds: past its end the reader has
-        // zeros without them crossing the wire (a 4 KiB file's
-        // read asks for its whole 64 KiB block).
+        // Only what the part holds: past its end the reader has zeros
+        // without them crossing the wire (a 4 KiB file's read asks for
+        // its whole 64 KiB block).
         let held = have.saturating_sub(offset).min(len);
-        return match iod.cache.read_pieces(handle, offset, held as usize).await {
+        match iod.cache.read_pieces(handle, offset, held as usize).await {
             Ok(pieces) => (Response::Data { len: held }, pieces),
             Err(e) => (
                 Response::error(ErrorCode::Io, format!("read of handle {handle}: {e}")),
                 Vec::new(),
             ),
-        };
+        }
     }
 }
 
