@@ -73,12 +73,39 @@ impl BenchCluster {
         })
     }
 
-    /// Empties the data servers' caches: each stops (its checkpoint writes
-    /// every dirty block down) and starts again on the same directory and
-    /// address, as a restarted daemon would. Clients reconnect on their
-    /// next request. Then the page cache is dropped (root only; returns
-    /// whether it was).
+    /// Empties the data servers' caches as `parcache drop-caches` does
+    /// (each writes its dirty blocks down and forgets every block, keeping
+    /// the cache's memory, as a long-running daemon would have it), then
+    /// drops the page cache (root only; returns whether it was). With
+    /// `PARCACHE_COLD=restart` each data server is restarted instead
+    /// ([`BenchCluster::restart`]).
     pub fn cold(&mut self) -> Result<bool> {
+        if std::env::var("PARCACHE_COLD").is_ok_and(|v| v == "restart") {
+            return self.restart();
+        }
+        for r in &self.iods {
+            let (addr, secret) = (r.addr.to_string(), self.secret.clone());
+            let answer = self.rt.block_on(async move {
+                let c = parcache_proto::Client::connect(&addr, &secret).await?;
+                anyhow::Ok(c.call(&parcache_proto::Request::DropCaches, &[]).await?.0)
+            })?;
+            anyhow::ensure!(
+                answer == parcache_proto::Response::Ok,
+                "drop-caches at data server {}: {answer:?}",
+                r.addr
+            );
+        }
+        Ok(drop_caches())
+    }
+
+    /// Empties the data servers' caches by restarting them: each stops
+    /// (its checkpoint writes every dirty block down) and starts again on
+    /// the same directory and address. Its cache memory is new then, and
+    /// touched for the first time by the next reads (on this machine that
+    /// costs about a fifth of a cold read's rate: bench/README.md,
+    /// seventeenth session). Clients reconnect on their next request. Then
+    /// the page cache is dropped (root only; returns whether it was).
+    pub fn restart(&mut self) -> Result<bool> {
         for i in 0..self.iods.len() {
             let old = &mut self.iods[i];
             let _ = old.stop.send(true);

@@ -2,7 +2,9 @@
 //! (bindfs, from Debian) in one run, all measured with fio: sequential
 //! write (ending with fsync) and read of one file in 1 MiB blocks, cold
 //! (page cache dropped; for parcache also a fresh mount, whose node cache
-//! is empty, and data servers restarted, whose caches are empty) and warm
+//! is empty, and the data servers' caches emptied as `parcache
+//! drop-caches` empties them; `PARCACHE_COLD=restart` restarts the data
+//! servers instead, as the fifth to sixteenth sessions did) and warm
 //! (parcache: a fresh mount reading from the data servers' caches, against
 //! loopback TCP measured in the same run); 4 KiB random reads with 1 job
 //! and with 4 jobs on one file, cold and cached; creating small files
@@ -404,8 +406,8 @@ fn main() -> Result<()> {
     let pm = std::cell::RefCell::new(ParcacheMount::new(&cluster, &dir.join("parcache"))?);
     let at = pm.borrow().at.clone();
     let cluster_cell = std::cell::RefCell::new(&mut cluster);
-    // Cold: unmounted (the node cache goes), the data servers restarted
-    // (their caches go), the page cache dropped; then mounted again. Warm:
+    // Cold: unmounted (the node cache goes), the data servers' caches
+    // emptied (drop-caches), the page cache dropped; then mounted again. Warm:
     // mounted again only (the data servers' caches hold the file).
     let pf = measure(
         "parcache",

@@ -559,6 +559,58 @@ struct MountRow {
     state: &'static str,
 }
 
+/// `parcache drop-caches`: each data server writes its dirty blocks down
+/// and forgets every block (`Request::DropCaches`); one that does not
+/// answer, or fails, is named and the command fails after asking the rest.
+pub fn drop_caches(a: DataArg) -> Result<()> {
+    let c = read_cluster(&a.data)?;
+    let dir = &a.data;
+    if !c.pids.iter().any(|&p| alive(p)) {
+        bail!(
+            "the parcache cluster in {} is stopped (start it with `parcache up --data {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let secret = Secret::load(&dir.join("secret"))?;
+    let rt = crate::daemon::runtime()?;
+    let failed: Vec<String> = rt.block_on(async {
+        let mut failed = vec![];
+        for (i, address) in c.iods.iter().enumerate() {
+            let ask = async {
+                let cl = Client::connect(address, &secret).await.map_err(|e| e.to_string())?;
+                match cl.call(&Request::DropCaches, &[]).await.map_err(|e| e.to_string())? {
+                    (Response::Ok, _) => Ok(()),
+                    (Response::Error(e), _) => Err(e.message),
+                    (other, _) => Err(format!("unexpected answer {other:?}")),
+                }
+            };
+            let outcome = match tokio::time::timeout(DROP_WITHIN, ask).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer within {} s", DROP_WITHIN.as_secs())),
+            };
+            if let Err(e) = outcome {
+                failed.push(format!("data server {i} ({address}): {e}"));
+            }
+        }
+        failed
+    });
+    if !failed.is_empty() {
+        bail!("could not empty every data server's cache:\n  {}", failed.join("\n  "));
+    }
+    println!(
+        "emptied the caches of {} data server{} in {}",
+        c.iods.len(),
+        if c.iods.len() == 1 { "" } else { "s" },
+        dir.display()
+    );
+    Ok(())
+}
+
+/// How long `drop-caches` waits for one data server (it writes its dirty
+/// blocks down first).
+const DROP_WITHIN: Duration = Duration::from_secs(120);
+
 pub fn status(a: StatusArgs) -> Result<()> {
     let c = read_cluster(&a.data.data)?;
     let dir = &a.data.data;

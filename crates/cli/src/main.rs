@@ -56,6 +56,11 @@ enum Command {
     /// Show the servers of the cluster in DIR and their counters, this
     /// host's mounts, and the nodes heard from (`--format json` for tools).
     Status(cluster::StatusArgs),
+    /// Empty the data servers' caches of the cluster in DIR (dirty blocks
+    /// are written down first), for cold-cache measurements without a
+    /// restart; pair it with `echo 3 > /proc/sys/vm/drop_caches` and a
+    /// remount for every cache below a program.
+    DropCaches(cluster::DataArg),
     /// Copy a file into, out of, or within the cluster (pc:/path).
     Cp(fs::CpArgs),
     /// Print a cluster file.
@@ -92,6 +97,7 @@ fn main() {
         Command::Up(a) => cluster::up(a),
         Command::Down(a) => cluster::down(a),
         Command::Status(a) => cluster::status(a),
+        Command::DropCaches(a) => cluster::drop_caches(a),
         Command::Cp(a) => fs::cp(a),
         Command::Cat(a) => fs::cat(a),
         Command::Ls(a) => fs::ls(a),

@@ -466,6 +466,17 @@ impl<B: Below> Driver<B> {
             .await
     }
 
+    /// Forgets every clean block not in use (see [`Cache::discard_clean`]);
+    /// returns how many. The buffers keep their memory.
+    pub fn drop_clean(&self) -> usize {
+        let sh = &*self.shared;
+        let mut st = sh.lock();
+        let now = sh.now();
+        let n = st.cache.discard_clean(now);
+        Shared::drive(&self.shared, &mut st);
+        n
+    }
+
     /// Forgets the blocks of `file` from block `from_block` on, dirty ones
     /// unwritten (the file was removed or cut). Waits for accesses and I/O
     /// in progress on them to end first.

@@ -571,6 +571,11 @@ pub enum Request {
     Unreferenced {
         hashes: Vec<ChunkHash>,
     },
+    /// To a data server: write every dirty block of its cache down, then
+    /// forget every block, as `sync; echo 3 > /proc/sys/vm/drop_caches`
+    /// does for the kernel's page cache (`parcache drop-caches`): the next
+    /// reads are cold, while the cache keeps its memory. Answered `Ok`.
+    DropCaches,
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -958,6 +963,7 @@ impl Request {
                 | Remove { .. }
                 | SetPolicy { .. }
                 | SetAttr { .. }
+                | DropCaches
         )
     }
 }

@@ -781,6 +781,17 @@ impl Handler for IodHandler {
                     Err(e) => Response::error(ErrorCode::Io, format!("removing chunks: {e}")),
                 }
             }
+            Request::DropCaches => match iod.cache.flush_all().await {
+                Ok(()) => {
+                    let n = iod.cache.drop_clean();
+                    tracing::info!("drop-caches: {n} blocks forgotten");
+                    Response::Ok
+                }
+                Err(e) => Response::error(
+                    ErrorCode::Io,
+                    format!("drop-caches: writing the cache's dirty blocks down: {e}"),
+                ),
+            },
             Request::Stats => {
                 let c = iod.cache.stats();
                 let chunks = iod.chunks.clone();

@@ -754,6 +754,21 @@ impl Cache {
         }
     }
 
+    /// Forgets every clean block not in use, as the kernel's `drop_caches`
+    /// does its clean pages: a cold start for the next reader, with the
+    /// buffers' memory kept for use again. Dirty blocks, and blocks with an
+    /// access or I/O in progress, stay; returns how many were dropped.
+    pub fn discard_clean(&mut self, now: Time) -> usize {
+        self.now = now;
+        let keys: Vec<BlockKey> = self
+            .bufs
+            .iter()
+            .filter(|b| b.idle() && b.dirty.is_empty())
+            .filter_map(|b| b.key)
+            .collect();
+        keys.into_iter().filter(|&k| self.discard_block(now, k)).count()
+    }
+
     /// Forgets block `key` (another node's write made it stale, 1996 §4's
     /// coherence): a dirty copy is dropped unwritten. Returns false if its
     /// buffer is in use (left alone).

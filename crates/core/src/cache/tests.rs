@@ -1014,3 +1014,52 @@ fn blocks_are_discarded_one_at_a_time_and_prefetched_on_request() {
         "{got:?}"
     );
 }
+
+/// Reads `range` of block `i`, answering every fetch at once; returns the
+/// fetches it took (none for a hit).
+fn read_fetching(c: &mut Cache, t: u64, i: u64, range: ByteRange) -> Vec<IoToken> {
+    let mut fetched = Vec::new();
+    loop {
+        match c.begin(Time(t), 0, k(i), Access::Read(range)).unwrap() {
+            Begin::Ready(b) => {
+                c.end(Time(t), 0, b, Access::Read(range)).unwrap();
+                return fetched;
+            }
+            Begin::Blocked => {
+                for e in effects(c) {
+                    if let Effect::Fetch { token, .. } = e {
+                        fetched.push(token);
+                        c.fetch_done(Time(t), token);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `discard_clean` (drop-caches) forgets clean idle blocks only: a dirty
+/// block and one being read stay, and the freed buffers serve new blocks.
+#[test]
+fn discard_clean_forgets_clean_idle_blocks_only() {
+    let mut c = cache(4, ReplacementKind::Lru, W::WriteBack);
+    write(&mut c, 1, 0, 0, r(0, BS));
+    for i in [1, 2] {
+        assert_eq!(read_fetching(&mut c, 2, i, r(0, 10)).len(), 1);
+    }
+    // Block 3 is being read: its fetch is still in flight.
+    assert_eq!(
+        c.begin(Time(3), 1, k(3), Access::Read(r(0, 10))).unwrap(),
+        Begin::Blocked
+    );
+    let in_flight = effects(&mut c);
+    assert!(in_flight
+        .iter()
+        .any(|e| matches!(e, Effect::Fetch { key, .. } if *key == k(3))));
+    assert_eq!(c.discard_clean(Time(4)), 2, "blocks 1 and 2");
+    assert!(
+        c.contains(k(0)) && c.contains(k(3)),
+        "the dirty block and the busy one stay"
+    );
+    assert!(!c.contains(k(1)) && !c.contains(k(2)));
+    assert_eq!(read_fetching(&mut c, 5, 2, r(0, 10)).len(), 1, "a miss now");
+}
