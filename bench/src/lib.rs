@@ -100,11 +100,13 @@ impl BenchCluster {
 
     /// Empties the data servers' caches by restarting them: each stops
     /// (its checkpoint writes every dirty block down) and starts again on
-    /// the same directory and address. Its cache memory is new then, and
-    /// touched for the first time by the next reads (on this machine that
-    /// costs about a fifth of a cold read's rate: bench/README.md,
-    /// seventeenth session). Clients reconnect on their next request. Then
-    /// the page cache is dropped (root only; returns whether it was).
+    /// the same directory and address. A daemon restarted in its own
+    /// process has new cache memory, whose first touch cost a cold read
+    /// through a mount 11-26 % of its rate on this machine (bench/README.md,
+    /// seventeenth session); here, in one process, the allocator may hand
+    /// the new server what the old one freed. Clients reconnect on their
+    /// next request. Then the page cache is dropped (root only; returns
+    /// whether it was).
     pub fn restart(&mut self) -> Result<bool> {
         for i in 0..self.iods.len() {
             let old = &mut self.iods[i];
