@@ -2250,12 +2250,15 @@ fn random_reads_fetch_only_their_blocks_and_sequential_ones_read_ahead() {
         "random reads fetched blocks nobody read: {later:#?}"
     );
     drop(f);
-    // Sequentially, from the file's start: blocks fetched ahead are hits.
+    // Sequentially, from the file's start: the ten blocks read at random
+    // are hits, and so are some blocks fetched ahead (11-18 of the other
+    // 246 in three runs: the kernel asks for 1 MiB at a time, and read-ahead
+    // keeps at most 4 fetches in flight). Until the seventeenth session a
+    // read that waited for its own fetch counted as a hit too, and this
+    // asked for 100.
     let whole = std::fs::read(b.p("f")).unwrap();
     assert!(whole == data, "the sequential read differs");
-    let n = wait_for(&d, "b's hits on blocks read ahead", |n| {
-        stat(n, &b, "local_hits") >= 100
-    });
+    let n = wait_for(&d, "b's hits on blocks read ahead", |n| stat(n, &b, "local_hits") > 10);
     assert!(
         stat(&n, &b, "server_reads") <= 10 + 256,
         "a block was fetched twice: {n:#?}"

@@ -114,7 +114,8 @@ impl Fs {
         let t = &self.tier;
         s.remote_hits = t.remote_hits.load(Ordering::Relaxed);
         for (_, c) in self.cache_stats() {
-            s.local_hits += c.read_hits + c.prefetch_hits;
+            // Prefetch hits are read hits already.
+            s.local_hits += c.read_hits;
             s.server_reads += c.fetches;
         }
         // A fetch a peer answered did not reach the data servers.

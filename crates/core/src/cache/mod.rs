@@ -501,6 +501,9 @@ impl Cache {
                     self.waiting_on.push((proc, b));
                     return Ok(Begin::Blocked);
                 }
+                // The read a demand fetch was made for (it takes over the
+                // fetch's hold) was counted as a miss: not a hit as well.
+                Access::Read(_) if buf.held => {}
                 Access::Read(_) => {
                     self.stats.read_hits += 1;
                     if buf.prefetched {

@@ -23,8 +23,11 @@ pub enum WriteCause {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheStats {
+    /// Reads served from the cache without a fetch of their own (a read
+    /// that waited for its demand fetch counts as a miss only).
     pub read_hits: u64,
     pub read_misses: u64,
+    /// The read hits on blocks a prefetch brought in (part of `read_hits`).
     pub prefetch_hits: u64,
     pub write_hits: u64,
     /// Write hits on bytes still dirty: overwrites the cache absorbed

@@ -410,7 +410,20 @@ fn reads_miss_fetch_and_then_hit() {
         panic!()
     };
     c.end(Time(3), 0, b, Access::Read(r(0, 10))).unwrap();
-    assert_eq!((c.stats().read_misses, c.stats().read_hits), (1, 1));
+    assert_eq!(
+        (c.stats().read_misses, c.stats().read_hits),
+        (1, 0),
+        "the read the fetch was made for is a miss, not a hit as well"
+    );
+    let Begin::Ready(b) = c.begin(Time(4), 0, k(0), Access::Read(r(0, 10))).unwrap() else {
+        panic!()
+    };
+    c.end(Time(4), 0, b, Access::Read(r(0, 10))).unwrap();
+    assert_eq!(
+        (c.stats().read_misses, c.stats().read_hits),
+        (1, 1),
+        "a second read hits"
+    );
 }
 
 /// A partly written block read outside its written bytes is fetched, and
