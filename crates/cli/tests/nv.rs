@@ -223,6 +223,12 @@ fn sprite_opens_elsewhere_recall_nv_blocks_and_a_dead_holder_delivers_them_on_re
         std::fs::read(b.p("f")).unwrap() == v1,
         "B reads A's NV-held bytes after the recall"
     );
+    // B's close reaches the metadata server after its read returns (the
+    // kernel sends FUSE's release on its own time). A's open for write
+    // must come after it: with the file still open on B, sprite makes it
+    // write-shared and uncached, and A's v2 would go straight to the data
+    // servers (a full suite saw B read v2 below).
+    std::thread::sleep(std::time::Duration::from_secs(2));
     // A writes a new version and dies holding it.
     // (Overwritten in place: a truncate would reach the servers at once.)
     let v2 = pattern(256 << 10, 2);
