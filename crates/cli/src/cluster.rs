@@ -563,16 +563,8 @@ struct MountRow {
 /// and forgets every block (`Request::DropCaches`); one that does not
 /// answer, or fails, is named and the command fails after asking the rest.
 pub fn drop_caches(a: DataArg) -> Result<()> {
-    let c = read_cluster(&a.data)?;
     let dir = &a.data;
-    if !c.pids.iter().any(|&p| alive(p)) {
-        bail!(
-            "the parcache cluster in {} is stopped (start it with `parcache up --data {}`)",
-            dir.display(),
-            dir.display()
-        );
-    }
-    let secret = Secret::load(&dir.join("secret"))?;
+    let (c, secret) = running_cluster(dir)?;
     let rt = crate::daemon::runtime()?;
     let failed: Vec<String> = rt.block_on(async {
         let mut failed = vec![];
@@ -611,9 +603,10 @@ pub fn drop_caches(a: DataArg) -> Result<()> {
 /// blocks down first).
 const DROP_WITHIN: Duration = Duration::from_secs(120);
 
-pub fn status(a: StatusArgs) -> Result<()> {
-    let c = read_cluster(&a.data.data)?;
-    let dir = &a.data.data;
+/// The cluster in `dir` and its secret, if any of its servers runs; a
+/// stopped cluster is named, with how to start it.
+fn running_cluster(dir: &Path) -> Result<(ClusterFile, Secret)> {
+    let c = read_cluster(dir)?;
     if !c.pids.iter().any(|&p| alive(p)) {
         bail!(
             "the parcache cluster in {} is stopped (start it with `parcache up --data {}`)",
@@ -622,6 +615,12 @@ pub fn status(a: StatusArgs) -> Result<()> {
         );
     }
     let secret = Secret::load(&dir.join("secret"))?;
+    Ok((c, secret))
+}
+
+pub fn status(a: StatusArgs) -> Result<()> {
+    let dir = &a.data.data;
+    let (c, secret) = running_cluster(dir)?;
     let rt = crate::daemon::runtime()?;
     let mut addrs = vec![("mds".to_string(), c.mds.clone())];
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
