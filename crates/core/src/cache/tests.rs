@@ -415,10 +415,7 @@ fn reads_miss_fetch_and_then_hit() {
         (1, 0),
         "the read the fetch was made for is a miss, not a hit as well"
     );
-    let Begin::Ready(b) = c.begin(Time(4), 0, k(0), Access::Read(r(0, 10))).unwrap() else {
-        panic!()
-    };
-    c.end(Time(4), 0, b, Access::Read(r(0, 10))).unwrap();
+    read_fetching(&mut c, 4, 0, r(0, 10));
     assert_eq!(
         (c.stats().read_misses, c.stats().read_hits),
         (1, 1),
