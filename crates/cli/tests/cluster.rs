@@ -778,6 +778,13 @@ fn up_restarts_only_the_servers_that_are_down() {
 
 /// The data servers' read misses and dirty blocks, summed, from `status`.
 fn iod_counters(c: &Cluster) -> (u64, u64) {
+    let [misses, dirty] = iod_sums(c, ["read_misses", "dirty_blocks"]);
+    (misses, dirty)
+}
+
+/// The counters `keys` of `parcache status`, each summed over the data
+/// servers.
+fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
     let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -788,8 +795,40 @@ fn iod_counters(c: &Cluster) -> (u64, u64) {
         .filter(|s| s["name"].as_str().unwrap().starts_with("iod"))
         .map(|s| &s["stats"])
         .collect();
-    let sum = |k: &str| iods.iter().map(|s| s[k].as_u64().expect("a counter")).sum();
-    (sum("read_misses"), sum("dirty_blocks"))
+    keys.map(|k| iods.iter().map(|s| s[k].as_u64().expect("a counter")).sum())
+}
+
+/// A data server reads its store around the page cache, so its own cache
+/// reads ahead of a sequential reader: a cold read of a file in 8 MiB
+/// pieces finds blocks of each later piece fetched already. Each block is
+/// fetched once, a miss or a prefetch, and nothing past a part's end.
+#[test]
+fn a_data_server_reads_ahead_of_a_sequential_reader_up_to_its_parts_end() {
+    let c = Cluster::up("iod-read-ahead", 2);
+    let data = common::pattern((16 << 20) + 5000, 22);
+    let src = c.dir.join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/f.bin"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = parcache(&["drop-caches", "--data", c.d()]);
+    assert!(ok, "{err}");
+    let keys = ["read_misses", "read_hits", "prefetch_hits", "prefetches"];
+    let before = iod_sums(&c, keys);
+    let out = c.dir.join("out.bin");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/f.bin", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&out).unwrap() == data, "other bytes read back");
+    let after = iod_sums(&c, keys);
+    let [misses, hits, prefetch_hits, prefetches] = [0, 1, 2, 3].map(|i| after[i] - before[i]);
+    assert!(
+        prefetch_hits > 0 && hits >= prefetch_hits,
+        "reads found blocks read ahead: {hits} hits, {prefetch_hits} on prefetched blocks, {misses} misses"
+    );
+    assert_eq!(
+        misses + prefetches,
+        257,
+        "each of the 256 whole blocks and the last one fetched once ({misses} misses, {prefetches} prefetches)"
+    );
 }
 
 /// `parcache drop-caches` empties every data server's cache, dirty blocks

@@ -664,6 +664,10 @@ pub struct ServerStats {
     /// Id of the file system the server's data is on (servers sharing a
     /// disk report the same id, and its space is counted once).
     pub fs_id: u64,
+    /// Blocks a data server's cache read ahead of a sequential reader, and
+    /// the read hits on them (part of `read_hits`).
+    pub prefetches: u64,
+    pub prefetch_hits: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

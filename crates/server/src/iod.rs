@@ -585,6 +585,8 @@ impl IodHandler {
         // without them crossing the wire (a 4 KiB file's read asks for
         // its whole 64 KiB block).
         let held = have.saturating_sub(offset).min(len);
+        // Nothing past the part's end is read ahead.
+        iod.cache.open(handle, have);
         match iod.cache.read_pieces(handle, offset, held as usize).await {
             Ok(pieces) => (Response::Data { len: held }, pieces),
             Err(e) => (
@@ -672,6 +674,7 @@ impl Handler for IodHandler {
             },
             Request::Remove { handle } => match iod.remove(handle).await {
                 Ok(()) => {
+                    iod.cache.close(handle);
                     iod.maybe_checkpoint(true).await;
                     Response::Ok
                 }
@@ -815,6 +818,8 @@ impl Handler for IodHandler {
                     chunks: cs.chunks,
                     chunk_bytes: cs.bytes,
                     fs_id,
+                    prefetches: c.prefetches,
+                    prefetch_hits: c.prefetch_hits,
                 })
             }
             other => Response::error(
@@ -844,7 +849,12 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
             block_size: IOD_BLOCK,
             replacement: ReplacementKind::Lru,
             write: cfg.write_policy,
-            prefetch: PrefetchKind::None,
+            // A data server reads its store around the kernel's page cache
+            // (so without the kernel's read-ahead): its own cache reads
+            // ahead of each sequential stream of a part instead, as the
+            // node's does (Cortes et al. 1996 §7.4), bounded by the part's
+            // length as each read finds it.
+            prefetch: PrefetchKind::ReadAhead,
             aux_buffers: 0,
             syncer: None,
             fill_partial_writes: false,

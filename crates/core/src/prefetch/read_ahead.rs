@@ -21,6 +21,12 @@ pub const MAX_WINDOW: u64 = 8;
 /// recently continued.
 pub const STREAMS: usize = 4;
 
+/// Files followed at once; a new one past this many replaces the one least
+/// recently accessed. A node forgets a file at its close, but a data
+/// server's cache sees no opens or closes: without a bound, every part it
+/// ever served would keep an entry.
+pub const FILES: usize = 4096;
+
 #[derive(Clone, Copy, Debug)]
 struct Stream {
     /// The block accessed last.
@@ -39,11 +45,31 @@ struct FileStreams {
     blocks: Option<u64>,
     streams: Vec<Stream>,
     clock: u64,
+    /// When the file was last opened or accessed (a count over all files).
+    touched: u64,
 }
 
 #[derive(Default)]
 pub struct ReadAhead {
     files: FxHashMap<FileId, FileStreams>,
+    clock: u64,
+}
+
+impl ReadAhead {
+    /// The file's entry, made if new (replacing the least recently touched
+    /// one when [`FILES`] are followed already).
+    fn file(&mut self, file: FileId) -> &mut FileStreams {
+        self.clock += 1;
+        if !self.files.contains_key(&file) && self.files.len() >= FILES {
+            let oldest = self.files.iter().min_by_key(|(_, f)| f.touched).map(|(&k, _)| k);
+            if let Some(k) = oldest {
+                self.files.remove(&k);
+            }
+        }
+        let f = self.files.entry(file).or_default();
+        f.touched = self.clock;
+        f
+    }
 }
 
 impl Prefetch for ReadAhead {
@@ -52,11 +78,11 @@ impl Prefetch for ReadAhead {
     }
 
     fn on_open(&mut self, file: FileId, blocks: u64, _out: &mut Vec<BlockKey>) {
-        self.files.entry(file).or_default().blocks = Some(blocks);
+        self.file(file).blocks = Some(blocks);
     }
 
     fn on_access(&mut self, key: BlockKey, out: &mut Vec<BlockKey>) {
-        let f = self.files.entry(key.file).or_default();
+        let f = self.file(key.file);
         f.clock += 1;
         let (i, now) = (key.index, f.clock);
         // Another access to a stream's block (small reads within it).
@@ -194,6 +220,26 @@ mod tests {
         }
         assert!(out.is_empty());
         assert_eq!(access(&mut p, 1, 0), vec![1]);
+    }
+
+    #[test]
+    fn at_most_files_are_followed_and_the_least_recently_touched_goes() {
+        let mut p = ReadAhead::default();
+        p.on_open(0, 100, &mut Vec::new());
+        for f in 1..FILES as FileId {
+            access(&mut p, f, 0);
+        }
+        // File 0 is used again, so file 1 is the least recently touched.
+        assert_eq!(access(&mut p, 0, 0), vec![1]);
+        assert_eq!(access(&mut p, 0, 1), vec![2, 3]);
+        access(&mut p, FILES as FileId, 0);
+        assert_eq!(p.files.len(), FILES);
+        assert!(
+            !p.files.contains_key(&1),
+            "the least recently touched file was forgotten"
+        );
+        assert_eq!(access(&mut p, 0, 2), vec![4, 5, 6], "file 0 kept its stream");
+        assert_eq!(p.files[&0].blocks, Some(100), "and its size");
     }
 
     #[test]
