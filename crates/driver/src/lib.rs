@@ -31,8 +31,9 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 /// Prefetches in flight at once, per cache: demand fetches always go first
-/// (DESIGN.md §3), so a few are enough to keep a sequential reader ahead.
-const PREFETCH_DEPTH: usize = 4;
+/// (DESIGN.md §3). Enough for read-ahead's largest window to be on its way
+/// (a data server's store reads of a run of them are merged).
+const PREFETCH_DEPTH: usize = 16;
 
 /// What [`Driver::place_clean`] did with a block written around the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -309,7 +309,7 @@ impl Cache {
             free: (0..n as u32).rev().map(BufId).collect(),
             repl,
             write: cfg.write.build(),
-            prefetch: cfg.prefetch.build(),
+            prefetch: cfg.prefetch.build(cfg.buffers),
             recency: RecencyList::new(n),
             dirty: 0,
             writing: 0,

@@ -533,7 +533,7 @@ fn read_ahead_fetches_nothing_for_random_reads_and_everything_for_sequential_one
     assert_eq!(
         read_blocks(PrefetchKind::ReadAhead, &mid),
         (26, 18),
-        "and runs up to 8 blocks past its end"
+        "and runs up to 8 blocks (a quarter of the 32 buffers) past its end"
     );
 }
 

@@ -67,12 +67,13 @@ impl PrefetchKind {
         }
     }
 
-    pub fn build(self) -> Box<dyn Prefetch> {
+    /// The policy for a cache of `buffers` buffers.
+    pub fn build(self, buffers: usize) -> Box<dyn Prefetch> {
         match self {
             PrefetchKind::None => Box::new(NoPrefetch),
             PrefetchKind::OneBlockAhead => Box::new(OneBlockAhead::default()),
             PrefetchKind::FullFileOnOpen => Box::new(FullFileOnOpen),
-            PrefetchKind::ReadAhead => Box::new(ReadAhead::default()),
+            PrefetchKind::ReadAhead => Box::new(ReadAhead::for_cache(buffers)),
         }
     }
 }
