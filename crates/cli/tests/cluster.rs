@@ -782,6 +782,22 @@ fn iod_counters(c: &Cluster) -> (u64, u64) {
     (misses, dirty)
 }
 
+/// Writes `data` into the cluster as `/f.bin` with `parcache cp`.
+fn copy_in(c: &Cluster, data: &[u8]) {
+    let src = c.dir.join("src.bin");
+    std::fs::write(&src, data).unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/f.bin"]);
+    assert!(ok, "{err}");
+}
+
+/// `/f.bin`'s bytes, read with `parcache cp`.
+fn copy_out(c: &Cluster) -> Vec<u8> {
+    let out = c.dir.join("out.bin");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/f.bin", out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    std::fs::read(&out).unwrap()
+}
+
 /// The counters `keys` of `parcache status`, each summed over the data
 /// servers.
 fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
@@ -806,18 +822,12 @@ fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
 fn a_data_server_reads_ahead_of_a_sequential_reader_up_to_its_parts_end() {
     let c = Cluster::up("iod-read-ahead", 2);
     let data = common::pattern((16 << 20) + 5000, 22);
-    let src = c.dir.join("src.bin");
-    std::fs::write(&src, &data).unwrap();
-    let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/f.bin"]);
-    assert!(ok, "{err}");
+    copy_in(&c, &data);
     let (ok, _, err) = parcache(&["drop-caches", "--data", c.d()]);
     assert!(ok, "{err}");
     let keys = ["read_misses", "read_hits", "prefetch_hits", "prefetches"];
     let before = iod_sums(&c, keys);
-    let out = c.dir.join("out.bin");
-    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/f.bin", out.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    assert!(std::fs::read(&out).unwrap() == data, "other bytes read back");
+    assert!(copy_out(&c) == data, "other bytes read back");
     let after = iod_sums(&c, keys);
     let [misses, hits, prefetch_hits, prefetches] = [0, 1, 2, 3].map(|i| after[i] - before[i]);
     assert!(
@@ -839,16 +849,8 @@ fn a_data_server_reads_ahead_of_a_sequential_reader_up_to_its_parts_end() {
 fn drop_caches_empties_the_data_servers_caches_and_loses_nothing() {
     let c = Cluster::up("drop-caches", 2);
     let data = common::pattern((1 << 20) + 5000, 21);
-    let src = c.dir.join("src.bin");
-    std::fs::write(&src, &data).unwrap();
-    let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), "pc:/f.bin"]);
-    assert!(ok, "{err}");
-    let out = c.dir.join("out.bin");
-    let read_back = || {
-        let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/f.bin", out.to_str().unwrap()]);
-        assert!(ok, "{err}");
-        assert!(std::fs::read(&out).unwrap() == data, "other bytes read back");
-    };
+    copy_in(&c, &data);
+    let read_back = || assert!(copy_out(&c) == data, "other bytes read back");
     let (m0, dirty) = iod_counters(&c);
     assert!(dirty > 0, "the partly written last block is dirty in its server's log");
     read_back();
