@@ -68,7 +68,7 @@ impl WriteQueue {
             !std::mem::replace(&mut st.sending, true)
         };
         if start {
-            tokio::spawn(self.clone().send_all());
+            self.send_first().await;
         }
         rx.await.unwrap_or_else(|_| {
             Err(FsError::Protocol(format!(
@@ -76,6 +76,18 @@ impl WriteQueue {
                 self.index
             )))
         })
+    }
+
+    /// The write-back that found the queue idle sends the first batch (its
+    /// own write is in it) itself, so a lone write (a small file's, at its
+    /// close) waits for no task but the answer; a sender task takes over
+    /// whatever waits after it, even if this write-back is dropped.
+    async fn send_first(self: &Arc<Self>) {
+        let handover = Handover(self.clone());
+        tokio::task::yield_now().await;
+        let batch = take_batch(&mut self.state.lock().waiting);
+        join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
+        drop(handover);
     }
 
     /// Sends batches until nothing waits.
@@ -109,6 +121,32 @@ impl WriteQueue {
         };
         for w in run {
             let _ = w.done.send(r.clone());
+        }
+    }
+}
+
+/// The end of a first batch sent by a write-back: a sender task goes on
+/// if more waits, else the queue is idle again.
+struct Handover(Arc<WriteQueue>);
+
+impl Drop for Handover {
+    fn drop(&mut self) {
+        let more = {
+            let mut st = self.0.state.lock();
+            st.sending = !st.waiting.is_empty();
+            st.sending
+        };
+        if more {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn(self.0.clone().send_all())),
+                // No runtime to run a sender (it is shutting down): the
+                // writes waiting are abandoned, and told so as they drop.
+                Err(_) => {
+                    let mut st = self.0.state.lock();
+                    st.waiting.clear();
+                    st.sending = false;
+                }
+            }
         }
     }
 }

@@ -11,6 +11,7 @@
 //! progress at once, which also bounds what `toss-immediately` must keep.
 
 mod below;
+pub mod handover;
 mod join;
 
 pub use below::{Below, BelowError};
@@ -68,6 +69,10 @@ struct State {
     /// flush of the file, as a kernel reports a write-back error at fsync).
     file_errors: HashMap<FileId, BelowError>,
     prefetching: usize,
+    /// The I/O of effects decided under the lock, started once it is
+    /// released ([`Locked`]).
+    deferred: Vec<handover::Work>,
+    /// When the timer task wakes next (`None`: it waits to be told).
     timer_at: Option<Time>,
 }
 
@@ -166,6 +171,7 @@ impl<B: Below> Driver<B> {
                 file_errors: HashMap::new(),
                 prefetching: 0,
                 timer_at: None,
+                deferred: Vec::new(),
             }),
             below,
             block_size,
@@ -518,8 +524,8 @@ impl<B: Below> Driver<B> {
 }
 
 impl<B: Below> Shared<B> {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock()
+    fn lock(&self) -> Locked<'_> {
+        Locked(Some(self.state.lock()))
     }
 
     fn now(&self) -> Time {
@@ -542,10 +548,16 @@ impl<B: Below> Shared<B> {
                 None => break,
             }
         }
-        let at = st.cache.poll_timeout();
-        if at != st.timer_at {
-            st.timer_at = at;
-            me.timer.notify_one();
+        // The timer task is woken only to wake sooner than it would: a
+        // later or no timeout waits for its wake-up, which asks the cache
+        // again (an early `handle_timeout` does nothing that is not due).
+        // Waking it at every change cost a mount a thread switch per
+        // write (issue 14).
+        if let Some(at) = st.cache.poll_timeout() {
+            if st.timer_at.is_none_or(|armed| at < armed) {
+                st.timer_at = Some(at);
+                me.timer.notify_one();
+            }
         }
     }
 
@@ -566,7 +578,7 @@ impl<B: Below> Shared<B> {
                     .map(|r| (r.start, st.share(buf, bs, r.start, r.end)))
                     .collect();
                 let me = Arc::clone(me);
-                tokio::spawn(async move {
+                st.deferred.push(Box::pin(async move {
                     let res = me.below.write(key, pieces).await;
                     {
                         let mut st = me.lock();
@@ -579,7 +591,7 @@ impl<B: Below> Shared<B> {
                         Shared::drive(&me, &mut st);
                     }
                     me.io_done.notify_waiters();
-                });
+                }));
             }
             Effect::Fetch {
                 token,
@@ -590,7 +602,7 @@ impl<B: Below> Shared<B> {
             } => {
                 st.failed_fetch.remove(&key);
                 let me = Arc::clone(me);
-                tokio::spawn(async move {
+                let io: handover::Work = Box::pin(async move {
                     let res = me.below.fetch(key).await;
                     let mut st = me.lock();
                     let now = me.now();
@@ -624,8 +636,84 @@ impl<B: Below> Shared<B> {
                     }
                     Shared::drive(&me, &mut st);
                 });
+                // A prefetch is no one's wait: it goes to the runtime, and
+                // the request that decided it is answered first.
+                if prefetch {
+                    tokio::spawn(io);
+                } else {
+                    st.deferred.push(io);
+                }
             }
         }
+    }
+}
+
+/// The cache's state, locked. Effects' I/O decided meanwhile starts when
+/// it is unlocked, on this thread: each is polled here first, so its
+/// request goes out without waking a runtime worker to send it (a mount's
+/// close, a random read's miss: two thread switches less; issue 14), and
+/// is spawned on the runtime only when its answer wakes it
+/// ([`handover::run_all_here`]).
+struct Locked<'a>(Option<MutexGuard<'a, State>>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.0.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.0.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let Some(mut st) = self.0.take() else {
+            return;
+        };
+        if st.deferred.is_empty() {
+            return;
+        }
+        let work = std::mem::take(&mut st.deferred);
+        drop(st);
+        start(work);
+    }
+}
+
+thread_local! {
+    /// Work decided while this thread is starting other work (an I/O that
+    /// ended at once and decided more): the outer [`start`] takes it, so
+    /// starts never nest.
+    static STARTING: std::cell::RefCell<Option<Vec<handover::Work>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Starts effects' I/O on this thread (see [`Locked`]).
+fn start(work: Vec<handover::Work>) {
+    let mut work = Some(work);
+    STARTING.with(|s| {
+        if let Some(q) = s.borrow_mut().as_mut() {
+            q.extend(work.take().expect("not taken yet"));
+        }
+    });
+    let Some(mut batch) = work else {
+        return;
+    };
+    /// Ends this thread's start, even if a poll panics.
+    struct Started;
+    impl Drop for Started {
+        fn drop(&mut self) {
+            STARTING.with(|s| *s.borrow_mut() = None);
+        }
+    }
+    STARTING.with(|s| *s.borrow_mut() = Some(Vec::new()));
+    let _started = Started;
+    let rt = tokio::runtime::Handle::current();
+    while !batch.is_empty() {
+        handover::run_all_here(&rt, batch);
+        batch = STARTING.with(|s| s.borrow_mut().as_mut().map(std::mem::take).unwrap_or_default());
     }
 }
 

@@ -431,3 +431,46 @@ fn a_block_changed_while_a_piece_of_it_is_held_is_copied_first() {
         assert_eq!(below.file(3), want, "the write-back sent the block as written");
     });
 }
+
+/// Records the thread each write and fetch is first run on.
+struct Threads(Mutex<Vec<std::thread::ThreadId>>);
+
+impl Below for Threads {
+    async fn write(&self, _key: BlockKey, _pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
+        self.0.lock().push(std::thread::current().id());
+        tokio::task::yield_now().await;
+        Ok(())
+    }
+    async fn fetch(&self, _key: BlockKey) -> Result<Bytes, BelowError> {
+        self.0.lock().push(std::thread::current().id());
+        tokio::task::yield_now().await;
+        Ok(Bytes::from(vec![7u8; 64]))
+    }
+}
+
+#[test]
+fn a_write_back_and_a_demand_fetch_start_on_the_thread_that_waits_for_them() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let below = Arc::new(Threads(Mutex::new(Vec::new())));
+    let cache = cfg(8, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None);
+    // `block_on` runs here, on no worker: I/O spawned would run on one.
+    let here = std::thread::current().id();
+    rt.block_on(async {
+        let d = Driver::new(cache, 2, below.clone()).unwrap();
+        d.write(1, 0, &[1u8; 64]).await.unwrap();
+        d.flush_file(1).await.unwrap();
+        let mut out = [0u8; 64];
+        d.read(2, 0, &mut out).await.unwrap();
+        assert_eq!(out, [7u8; 64]);
+    });
+    let seen = below.0.lock().clone();
+    assert_eq!(seen.len(), 2, "one write-back and one fetch");
+    assert!(
+        seen.iter().all(|t| *t == here),
+        "I/O was started on a runtime worker: {seen:?}"
+    );
+}

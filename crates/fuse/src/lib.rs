@@ -27,7 +27,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-mod handover;
 mod leases;
 mod recorder;
 use leases::{KernelLeases, Ticket};
@@ -231,9 +230,9 @@ impl Mount {
     /// after its lookup, a close of a file read) then costs no hand-over
     /// to another thread, which on this machine took longer than the work;
     /// one that waits has its request sent before the hand-over, which
-    /// happens when its answer wakes it ([`handover`]).
+    /// happens when its answer wakes it ([`parcache_driver::handover`]).
     fn run<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
-        handover::run_here(&self.rt, f);
+        parcache_driver::handover::run_here(&self.rt, f);
     }
 
     /// Answers a request with much data to copy on the runtime's threads,
@@ -1241,7 +1240,10 @@ impl Filesystem for Mount {
     }
 
     fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let Some(name) = xattr_name(name) else {
+        let Some(name) = xattr_name(name).filter(|n| n.starts_with("user.")) else {
+            // Answered here: the kernel asks for `security.capability`
+            // before every write to a file (to clear it), and only
+            // `user.*` names are kept.
             return reply.error(ENODATA);
         };
         let fs = self.fs.clone();
@@ -1258,8 +1260,7 @@ impl Filesystem for Mount {
                             message: "no such policy".into(),
                         })
                 }),
-                None if name.starts_with("user.") => fs.get_xattr(ino, &name).await,
-                None => return reply.error(ENODATA),
+                None => fs.get_xattr(ino, &name).await,
             };
             match got {
                 Ok(v) => xattr_reply(reply, size, &v),

@@ -1,8 +1,9 @@
-//! How a request's work reaches the runtime when it has to wait.
+//! How work reaches the runtime when it has to wait.
 //!
-//! A request is polled first on the thread that read it from the kernel
-//! (`Mount::run`). Most that wait have sent their request to a server by
-//! then. Spawning such work on the runtime at once woke a runtime worker
+//! A mount's request is polled first on the thread that read it from the
+//! kernel (`Mount::run`), and a cache's I/O on the thread that decided it
+//! ([`crate::Driver`]). Most that wait have sent their request to a
+//! server by then. Spawning such work on the runtime at once woke a runtime worker
 //! only to poll it again, find it still waiting, and park: on this machine
 //! one more thread switch per metadata request than the answer needs
 //! (about a third of an unlink's thread switches in the mount). Here the
@@ -17,29 +18,50 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use tokio::runtime::Handle;
 
-type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// Work to run, boxed.
+pub type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Polls `work` once on this thread (inside `rt`); if it must wait, it is
 /// spawned on `rt` when first woken.
-pub(crate) fn run_here(rt: &Handle, work: impl Future<Output = ()> + Send + 'static) {
+pub fn run_here(rt: &Handle, work: impl Future<Output = ()> + Send + 'static) {
     let _in_runtime = rt.enter();
+    if let Some(work) = poll_first(rt, Box::pin(work)) {
+        rt.spawn(work);
+    }
+}
+
+/// Polls each of `works` once on this thread, in order, then once more
+/// those that woke themselves meanwhile (a write-back that lets the others
+/// started with it join its batch first, [`tokio::task::yield_now`]); any
+/// that must wait after that is spawned on `rt` when woken.
+pub fn run_all_here(rt: &Handle, works: Vec<Work>) {
+    let _in_runtime = rt.enter();
+    let again: Vec<Work> = works.into_iter().filter_map(|w| poll_first(rt, w)).collect();
+    for w in again {
+        if let Some(w) = poll_first(rt, w) {
+            rt.spawn(w);
+        }
+    }
+}
+
+/// Polls `work` once; returns it if it was woken during the poll (what it
+/// waited for is there), else keeps it to be spawned when woken.
+fn poll_first(rt: &Handle, mut work: Work) -> Option<Work> {
     let kept = Arc::new(Kept {
         rt: rt.clone(),
         state: Mutex::new(State::Polling),
     });
     let waker = Waker::from(kept.clone());
-    let mut work: Work = Box::pin(work);
     if work.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
-        return;
+        return None;
     }
     let mut state = kept.state.lock();
     match std::mem::replace(&mut *state, State::Spawned) {
-        // Woken while it was being polled: what it waited for is there.
-        State::Woken => {
-            drop(state);
-            rt.spawn(work);
+        State::Woken => Some(work),
+        _ => {
+            *state = State::Waiting(work);
+            None
         }
-        _ => *state = State::Waiting(work),
     }
 }
 
