@@ -86,7 +86,7 @@ impl WriteQueue {
         let handover = Handover(self.clone());
         tokio::task::yield_now().await;
         let batch = take_batch(&mut self.state.lock().waiting);
-        join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
+        self.send_batch(batch).await;
         drop(handover);
     }
 
@@ -104,8 +104,13 @@ impl WriteQueue {
                 }
                 take_batch(&mut st.waiting)
             };
-            join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
+            self.send_batch(batch).await;
         }
+    }
+
+    /// Sends a batch: its runs at once.
+    async fn send_batch(&self, batch: Vec<Waiting>) {
+        join_all(runs(batch, self.block).into_iter().map(|run| self.send(run))).await;
     }
 
     /// Sends one run and tells each of its writes how it went.
