@@ -327,7 +327,12 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 let attr = fs.open(&attr, false).await?;
                 copy_out(&fs, &attr, &mut out).await?;
                 fs.close(&attr, false).await?;
-                out.sync_all()?;
+                // A regular file is made durable; a device or a pipe (a
+                // read benchmark's /dev/null) has nothing to sync, and
+                // refuses fsync (EINVAL).
+                if out.metadata().is_ok_and(|m| m.is_file()) {
+                    out.sync_all().with_context(|| format!("syncing {}", dst.display()))?;
+                }
             }
             (Some(_), Some(_)) => {
                 let src = need_cluster(&a.src)?;

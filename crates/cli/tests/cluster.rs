@@ -129,6 +129,9 @@ fn cp_round_trips_and_errors_name_the_path() {
     let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/dir/in.bin", out.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(std::fs::read(&out).unwrap() == data);
+    // Out to a device that cannot be synced (a read benchmark's sink).
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/dir/in.bin", "/dev/null"]);
+    assert!(ok, "cp to /dev/null: {err}");
     let (ok, stdout, _) = parcache(&["ls", "--data", c.d(), "pc:/dir"]);
     assert!(
         ok && stdout.contains("in.bin") && stdout.contains(&data.len().to_string()),
