@@ -296,7 +296,7 @@ async fn accept<H: Handler>(
                 }
             },
             r = async { local.as_ref().expect("polled only when bound").accept().await }, if local.is_some() => match r {
-                Ok((s, _)) => (Stream::Unix(s), format!("a local process (Unix socket of {here})")),
+                Ok((s, _)) => (transport::unix(s), format!("a local process (Unix socket of {here})")),
                 Err(e) => {
                     tracing::warn!("accept on the local socket failed: {e}");
                     continue;
