@@ -34,7 +34,13 @@ use tokio::time::Instant;
 /// Prefetches in flight at once, per cache: demand fetches always go first
 /// (DESIGN.md §3). Enough for read-ahead's largest window to be on its way
 /// (a data server's store reads of a run of them are merged).
-const PREFETCH_DEPTH: usize = 16;
+const PREFETCH_DEPTH: usize = 32;
+
+/// Prefetches start in groups: only once no more than this many are in
+/// flight, then up to [`PREFETCH_DEPTH`] at once. Refilled a slot at a time
+/// as each ended, a read-ahead's run reached a data server's store queue a
+/// block at a time and was read in pieces (issue 14).
+const PREFETCH_REFILL_AT: usize = PREFETCH_DEPTH / 2;
 
 /// What [`Driver::place_clean`] did with a block written around the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +78,9 @@ struct State {
     /// The I/O of effects decided under the lock, started once it is
     /// released ([`Locked`]).
     deferred: Vec<handover::Work>,
+    /// Prefetches decided meanwhile: started together on the runtime when
+    /// it is unlocked ([`Locked`]).
+    prefetches: Vec<handover::Work>,
     /// When the timer task wakes next (`None`: it waits to be told).
     timer_at: Option<Time>,
 }
@@ -172,6 +181,7 @@ impl<B: Below> Driver<B> {
                 prefetching: 0,
                 timer_at: None,
                 deferred: Vec::new(),
+                prefetches: Vec::new(),
             }),
             below,
             block_size,
@@ -538,14 +548,16 @@ impl<B: Below> Shared<B> {
         while let Some(e) = st.cache.poll_effect() {
             Shared::effect(me, st, e);
         }
-        while st.prefetching < PREFETCH_DEPTH {
-            let now = me.now();
-            match st.cache.poll_prefetch(now, &mut |_| true) {
-                Some(e) => {
-                    st.prefetching += 1;
-                    Shared::effect(me, st, e);
+        if st.prefetching <= PREFETCH_REFILL_AT {
+            while st.prefetching < PREFETCH_DEPTH {
+                let now = me.now();
+                match st.cache.poll_prefetch(now, &mut |_| true) {
+                    Some(e) => {
+                        st.prefetching += 1;
+                        Shared::effect(me, st, e);
+                    }
+                    None => break,
                 }
-                None => break,
             }
         }
         // The timer task is woken only to wake sooner than it would: a
@@ -639,7 +651,7 @@ impl<B: Below> Shared<B> {
                 // A prefetch is no one's wait: it goes to the runtime, and
                 // the request that decided it is answered first.
                 if prefetch {
-                    tokio::spawn(io);
+                    st.prefetches.push(io);
                 } else {
                     st.deferred.push(io);
                 }
@@ -674,12 +686,23 @@ impl Drop for Locked<'_> {
         let Some(mut st) = self.0.take() else {
             return;
         };
-        if st.deferred.is_empty() {
+        if st.deferred.is_empty() && st.prefetches.is_empty() {
             return;
         }
         let work = std::mem::take(&mut st.deferred);
+        let prefetches = std::mem::take(&mut st.prefetches);
         drop(st);
-        start(work);
+        // The prefetches decided together start together, one after the
+        // other on one runtime thread: a data server's store queue then
+        // finds a read-ahead's run of blocks waiting as one read. Spawned
+        // one by one, each could reach the queue after a reader had taken
+        // the one before (issue 14).
+        if !prefetches.is_empty() {
+            tokio::spawn(async move { start(prefetches) });
+        }
+        if !work.is_empty() {
+            start(work);
+        }
     }
 }
 

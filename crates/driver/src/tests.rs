@@ -474,3 +474,67 @@ fn a_write_back_and_a_demand_fetch_start_on_the_thread_that_waits_for_them() {
         "I/O was started on a runtime worker: {seen:?}"
     );
 }
+
+/// A level below that logs when each fetch starts and ends (`true`,
+/// `false`); a fetch takes 1 to 16 ms by its block's index, so fetches
+/// started together end one by one.
+struct Logged {
+    mem: Mem,
+    log: Mutex<Vec<bool>>,
+}
+
+impl Below for Logged {
+    async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
+        self.mem.write(key, pieces).await
+    }
+    async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
+        self.log.lock().push(true);
+        tokio::time::sleep(Duration::from_millis(1 + key.index % 16)).await;
+        let got = self.mem.fetch(key).await;
+        self.log.lock().push(false);
+        got
+    }
+}
+
+/// A sequential reader's prefetches reach the level below in groups (a
+/// data server's store queue reads each group as one run), not one at a
+/// time as each earlier one ends: read-ahead tops its stream up half a
+/// window at a time, and the driver starts prefetches only once half of
+/// [`PREFETCH_DEPTH`] or fewer are in flight.
+#[tokio::test(start_paused = true)]
+async fn a_sequential_readers_prefetches_start_in_groups() {
+    let blocks = 1000u64;
+    let mem = Mem::new(64);
+    mem.files.lock().insert(1, vec![9u8; (blocks * 64) as usize]);
+    let below = Arc::new(Logged {
+        mem,
+        log: Mutex::new(Vec::new()),
+    });
+    let d = Driver::new(
+        cfg(
+            1024,
+            WritePolicyKind::WriteBack,
+            ReplacementKind::Lru,
+            PrefetchKind::ReadAhead,
+        ),
+        2,
+        below.clone(),
+    )
+    .unwrap();
+    let mut out = [0u8; 64];
+    for i in 0..blocks {
+        d.read(1, i * 64, &mut out).await.unwrap();
+        assert_eq!(out, [9u8; 64], "block {i}");
+    }
+    let log = below.log.lock().clone();
+    // Each block once, and up to a window past the end (never opened
+    // here, the file has no known end).
+    let fetched = log.iter().filter(|s| **s).count() as u64;
+    assert!((blocks..=blocks + 32).contains(&fetched), "{fetched} fetches");
+    // Groups: runs of fetches started with none ending between them.
+    let groups = log.split(|s| !*s).filter(|g| !g.is_empty()).count() as u64;
+    assert!(
+        groups <= blocks / 8,
+        "{groups} groups of fetches for {blocks} blocks (534 when refilled one by one)"
+    );
+}

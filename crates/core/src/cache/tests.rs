@@ -532,8 +532,8 @@ fn read_ahead_fetches_nothing_for_random_reads_and_everything_for_sequential_one
     let mid: Vec<u64> = (20..40).collect();
     assert_eq!(
         read_blocks(PrefetchKind::ReadAhead, &mid),
-        (26, 18),
-        "and runs up to 8 blocks (a quarter of the 32 buffers) past its end"
+        (23, 18),
+        "and runs 4 to 8 blocks past its end (a window of a quarter of the 32 buffers, topped up half at a time)"
     );
 }
 
