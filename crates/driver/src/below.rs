@@ -31,6 +31,12 @@ pub trait Below: Send + Sync + 'static {
     fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> impl Future<Output = Result<(), BelowError>> + Send;
     /// Reads block `key`. An answer shorter than a block means zeros after it.
     fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send;
+    /// Reads block `key` ahead of need (a prefetch, which no reader waits
+    /// for yet); as [`Below::fetch`] unless the level below treats the two
+    /// apart.
+    fn prefetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
+        self.fetch(key)
+    }
     /// Whether [`Below::evicted`] should be told of clean blocks the cache
     /// replaces (a copy per eviction; a cooperative tier wants it).
     fn wants_evictions(&self) -> bool {
@@ -48,6 +54,9 @@ impl<T: Below> Below for std::sync::Arc<T> {
     }
     fn fetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
         T::fetch(self, key)
+    }
+    fn prefetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
+        T::prefetch(self, key)
     }
     fn wants_evictions(&self) -> bool {
         T::wants_evictions(self)

@@ -615,7 +615,11 @@ impl<B: Below> Shared<B> {
                 st.failed_fetch.remove(&key);
                 let me = Arc::clone(me);
                 let io: handover::Work = Box::pin(async move {
-                    let res = me.below.fetch(key).await;
+                    let res = if prefetch {
+                        me.below.prefetch(key).await
+                    } else {
+                        me.below.fetch(key).await
+                    };
                     let mut st = me.lock();
                     let now = me.now();
                     if prefetch {

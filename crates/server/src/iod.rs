@@ -117,7 +117,19 @@ impl Below for StoreBelow {
         .map_err(|e: io::Error| below_err(&format!("block store write of handle {}", key.file), e))
     }
 
+    /// A reader waits for this block: read here if the store is idle
+    /// ([`ReadQueue::read_here`]), else in the queue.
     async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
+        let got = match self.reads.read_here(key.file, key.index) {
+            Some(got) => got,
+            None => self.reads.fetch(key.file, key.index).await,
+        };
+        got.map_err(|e| below_err(&format!("block store read of handle {}", key.file), e))
+    }
+
+    /// Read ahead: always through the queue, whose readers read a run of
+    /// them at once.
+    async fn prefetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
         self.reads
             .fetch(key.file, key.index)
             .await
