@@ -7,10 +7,10 @@
 //! doubles the stream's window (1, 2, 4 … [`MAX_WINDOW`] blocks, at most a
 //! quarter of the cache) and queues the blocks up to k+1+window not queued
 //! yet; at the largest window it tops the stream up half a window at a
-//! time, when the stream's lead has fallen to half the window; an access that continues no stream queues nothing and starts a new
-//! one. Each file keeps up to
-//! [`STREAMS`] streams, so processes reading their own parts of one file
-//! (IOR's shared-file layout) each keep theirs.
+//! time, when the stream's lead has fallen to half the window; an access
+//! that continues no stream queues nothing and starts a new one. Each file
+//! keeps up to [`STREAMS`] streams, so processes reading their own parts of
+//! one file (IOR's shared-file layout) each keep theirs.
 
 use super::{Prefetch, PrefetchKind};
 use crate::block::{BlockKey, FileId};
