@@ -95,7 +95,7 @@ impl Client {
     pub async fn connect(addr: &str, secret: &Secret) -> Result<Client, ConnError> {
         if let Some(mut s) = transport::connect_local(addr).await {
             match client_handshake(&mut s, secret).await {
-                Ok(()) => return Ok(Self::start(addr, s)),
+                Ok(()) => return Self::start(addr, s),
                 Err(e) => tracing::debug!("{addr}: the local socket's handshake failed ({e}); trying TCP"),
             }
         }
@@ -133,13 +133,16 @@ impl Client {
                 },
             },
         })?;
-        Ok(Self::start(addr, s))
+        Self::start(addr, s)
     }
 
     /// Runs an authenticated stream: its writer and reader tasks.
-    fn start(addr: &str, s: Stream) -> Client {
+    fn start(addr: &str, s: Stream) -> Result<Client, ConnError> {
         let local = s.is_local();
-        let (r, w) = s.into_split();
+        let (r, w) = s.into_split().map_err(|e| ConnError::Connect {
+            addr: addr.to_string(),
+            reason: format!("setting up the connection: {e}"),
+        })?;
         let mut r = BufReader::with_capacity(READ_BUF, r);
         let (out, writer) = Outbox::new(w);
         let inner = Arc::new(Inner {
@@ -178,7 +181,7 @@ impl Client {
                 }
             }
         });
-        Client { inner }
+        Ok(Client { inner })
     }
 
     /// The address this client is connected to.
@@ -327,7 +330,13 @@ async fn connection<H: Handler>(
         }
         return;
     }
-    let (r, w) = stream.into_split();
+    let (r, w) = match stream.into_split() {
+        Ok(halves) => halves,
+        Err(e) => {
+            tracing::warn!("connection from {peer}: setting it up: {e}");
+            return;
+        }
+    };
     let mut r = BufReader::with_capacity(READ_BUF, r);
     // A reply is its encoded head and its payload, written together with
     // one vectored write: the payload (a block read) is not copied again.
