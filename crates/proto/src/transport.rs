@@ -264,25 +264,20 @@ mod tests {
     fn epoll_masks(ino: u64) -> Vec<u32> {
         let mut masks = Vec::new();
         for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-            let is_epoll = std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("eventpoll"));
+            if !std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("eventpoll")) {
+                continue;
+            }
             let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", e.file_name().to_string_lossy()))
             else {
                 continue;
             };
-            if !is_epoll {
-                continue;
-            }
+            // "tfd: FD events: MASK data: ... ino: INO sdev: ..."
             for line in info.lines().filter(|l| l.starts_with("tfd:")) {
-                let field = |name: &str| {
-                    let mut w = line.split_whitespace();
-                    w.position(|x| x == name).and_then(|_| w.next()).map(str::to_string)
-                };
-                let ino_here = line
-                    .split_whitespace()
-                    .find_map(|x| x.strip_prefix("ino:"))
-                    .and_then(|h| u64::from_str_radix(h, 16).ok());
-                if ino_here == Some(ino) {
-                    masks.push(u32::from_str_radix(&field("events:").unwrap(), 16).unwrap());
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let after = |name: &str| words.iter().position(|w| *w == name).map(|i| words[i + 1]);
+                let ino_here = words.iter().find_map(|w| w.strip_prefix("ino:"));
+                if ino_here.and_then(|h| u64::from_str_radix(h, 16).ok()) == Some(ino) {
+                    masks.push(u32::from_str_radix(after("events:").unwrap(), 16).unwrap());
                 }
             }
         }
