@@ -124,7 +124,7 @@ impl Below for StoreBelow {
             Some(got) => got,
             None => self.reads.fetch(key.file, key.index).await,
         };
-        got.map_err(|e| below_err(&format!("block store read of handle {}", key.file), e))
+        got.map_err(|e| read_err(key, e))
     }
 
     /// Read ahead: always through the queue, whose readers read a run of
@@ -133,8 +133,13 @@ impl Below for StoreBelow {
         self.reads
             .fetch(key.file, key.index)
             .await
-            .map_err(|e| below_err(&format!("block store read of handle {}", key.file), e))
+            .map_err(|e| read_err(key, e))
     }
+}
+
+/// A failed read of block `key` from the block store.
+fn read_err(key: BlockKey, e: io::Error) -> BelowError {
+    below_err(&format!("block store read of handle {}", key.file), e)
 }
 
 fn below_err(what: &str, e: io::Error) -> BelowError {
