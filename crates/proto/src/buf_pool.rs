@@ -13,6 +13,12 @@ use std::sync::Arc;
 /// Buffers kept for use again, at most.
 const KEEP: usize = 32;
 
+/// Bytes kept for use again, at most (every connection has a pool, so a
+/// data server with many nodes' connections would otherwise keep up to
+/// KEEP buffers of [`LARGEST`] for each, long after the large requests
+/// that left them).
+const KEEP_BYTES: usize = 16 << 20;
+
 /// The largest buffer kept (a larger answer's goes back to the allocator).
 const LARGEST: usize = 4 << 20;
 
@@ -72,9 +78,11 @@ impl AsRef<[u8]> for Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        if (POOLED_MIN..=LARGEST).contains(&self.buf.capacity()) {
+        let cap = self.buf.capacity();
+        if (POOLED_MIN..=LARGEST).contains(&cap) {
             let mut free = self.pool.free.lock();
-            if free.len() < KEEP {
+            let held: usize = free.iter().map(Vec::capacity).sum();
+            if free.len() < KEEP && held + cap <= KEEP_BYTES {
                 free.push(std::mem::take(&mut self.buf));
             }
         }
@@ -87,8 +95,8 @@ mod tests {
 
     /// A dropped payload's buffer is taken again (same memory), sized to the
     /// new request, unless it is over twice that; slices keep it out until
-    /// the last is dropped; the pool keeps at most KEEP buffers and none
-    /// over LARGEST.
+    /// the last is dropped; the pool keeps at most KEEP buffers, none over
+    /// LARGEST, and at most KEEP_BYTES in all.
     #[test]
     fn buffers_come_back_when_the_last_slice_goes() {
         let pool = Arc::new(BufPool::default());
@@ -117,5 +125,22 @@ mod tests {
         drop(pool.take(POOLED_MIN));
         drop(big);
         assert_eq!(pool.kept(), before - 1, "too large to keep");
+    }
+
+    /// Large buffers are kept only up to KEEP_BYTES in all: a burst of
+    /// large requests does not leave KEEP of them held for good.
+    #[test]
+    fn the_pool_keeps_a_bounded_number_of_bytes() {
+        let pool = Arc::new(BufPool::default());
+        let many: Vec<Bytes> = (0..KEEP).map(|_| pool.bytes(pool.take(LARGEST))).collect();
+        drop(many);
+        let held: usize = pool.free.lock().iter().map(Vec::capacity).sum();
+        assert!(held <= KEEP_BYTES, "{held} bytes kept");
+        assert_eq!(pool.kept(), KEEP_BYTES / LARGEST);
+        // Small buffers still fill the pool to KEEP.
+        let pool = Arc::new(BufPool::default());
+        let many: Vec<Bytes> = (0..KEEP + 1).map(|_| pool.bytes(pool.take(POOLED_MIN))).collect();
+        drop(many);
+        assert_eq!(pool.kept(), KEEP);
     }
 }
