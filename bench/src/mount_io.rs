@@ -23,7 +23,8 @@
 //! servers, 1 metadata server) runs in this process on loopback sockets;
 //! the mount is served in this process too, as `parcache mount` serves it.
 //! `PARCACHE_PREFETCH=NAME` runs parcache under another prefetch policy
-//! than the default (set on the root directory).
+//! than the default, and `PARCACHE_PAGE_CACHE=bypass|cached` under another
+//! `page-cache` setting (each set on the root directory).
 
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};
@@ -249,8 +250,12 @@ impl ParcacheMount {
     fn mount(&mut self, c: &BenchCluster) -> Result<()> {
         self.session = None; // unmounts, pushing dirty data
         let fs = self.rt.block_on(Fs::connect(&c.mds_addr, &c.secret))?;
-        if let Ok(v) = std::env::var("PARCACHE_PREFETCH") {
-            self.rt.block_on(fs.set_policy("/", "prefetch", &v))?;
+        for (var, key) in [("PARCACHE_PREFETCH", "prefetch"), ("PARCACHE_PAGE_CACHE", "page-cache")] {
+            if let Ok(v) = std::env::var(var) {
+                self.rt
+                    .block_on(fs.set_policy("/", key, &v))
+                    .with_context(|| format!("{var}={v}"))?;
+            }
         }
         self.session = Some(Mount::new(fs, self.rt.handle().clone()).spawn(&self.at)?);
         wait_mounted(&self.at)

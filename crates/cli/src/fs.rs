@@ -119,7 +119,9 @@ pub enum PolicyCommand {
     /// nfs, session, posix, none, sync-write), cooperative=… (none,
     /// lru-interleaved, n-chance, greedy, global, global(threshold=20)),
     /// bypass=RULES (see `parcache hint`), nv=on|off (writes acknowledged
-    /// from a mount's --nv-dir durable write cache), store=blocks|cas,
+    /// from a mount's --nv-dir durable write cache), page-cache=auto|bypass|cached
+    /// (whether mounts open it for direct I/O: auto for opens for writing
+    /// only, bypass for every open, cached for none), store=blocks|cas,
     /// stripe_unit=64K, stripe_width=N. Content-addressed files (store=cas, set before
     /// consistency) take consistency=seq-1|seq-2|for-1|for-2|rel-1.
     Set {

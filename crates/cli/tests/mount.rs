@@ -816,6 +816,105 @@ fn the_kernel_keeps_an_unchanged_files_pages_across_opens() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// `page-cache`: by default an open for writing only bypasses the kernel's
+/// page cache (the next open reads through the mount) and the others keep
+/// pages as the plug-in says; `bypass` sends every open's reads and writes
+/// to the mount; `cached` lets a write-only open fill the page cache. Reads
+/// see the last write throughout, and a bad value is refused by name.
+#[test]
+fn page_cache_settings_decide_which_opens_reach_the_mount() {
+    let (base, cluster) = up("pagecache", "2");
+    let d = cluster.0.to_str().unwrap();
+    let trace = base.join("a.jsonl");
+    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--record", trace.to_str().unwrap()]);
+    let len = 256 << 10;
+    let read = |what: &str, want: u64| assert!(std::fs::read(a.p("f")).unwrap() == pattern(len, want), "{what}");
+    // Set on the node itself, which learns it at once.
+    let set = |v: &str| {
+        run(&format!(
+            "setfattr -n user.parcache.page-cache -v {v} {}",
+            a.p("f").display()
+        ))
+    };
+    // Opens 1-3, auto: written past the kernel (write-only), then read
+    // through the mount, then from the kernel.
+    std::fs::write(a.p("f"), pattern(len, 1)).unwrap();
+    read("open 2", 1);
+    read("open 3", 1);
+    // Opens 4-6, bypass: every read reaches the mount; a write and a read
+    // in one open see each other.
+    let (ok, out) = set("bypass");
+    assert!(ok, "{out}");
+    read("open 4", 1);
+    read("open 5", 1);
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.p("f"))
+        .unwrap();
+    f.write_all(&pattern(len, 2)).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut got = Vec::new();
+    f.read_to_end(&mut got).unwrap();
+    assert!(got == pattern(len, 2), "open 6 reads its own direct write");
+    drop(f);
+    let (ok, out, _) = parcache(&["policy", "get", "--data", d, "pc:/f"]);
+    assert!(ok && out.contains("page-cache=bypass"), "{out}");
+    // Opens 7-8, cached: the write-only open fills the kernel's pages, and
+    // the next open reads them (the pages of open 3 were dropped first).
+    let (ok, out) = set("cached");
+    assert!(ok, "{out}");
+    // In place (a truncate would drop the kernel's pages at the next open).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.p("f"))
+        .unwrap()
+        .write_all(&pattern(len, 3))
+        .unwrap();
+    read("open 8", 3);
+    // Open 9, auto again: the node learns the file anew and drops the
+    // kernel's pages.
+    let (ok, out) = set("auto");
+    assert!(ok, "{out}");
+    read("open 9", 3);
+    let (ok, _, err) = parcache(&["policy", "set", "--data", d, "pc:/f", "page-cache=off"]);
+    assert!(
+        !ok && err.contains("page-cache") && err.contains("auto, bypass or cached"),
+        "{err}"
+    );
+    let (ok, out) = set("off");
+    assert!(!ok, "{out}");
+    a.unmount();
+
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut read_per_open: Vec<u64> = vec![];
+    for r in recs.iter().filter(|r| r["file"] == "/f") {
+        match r["op"].as_str().unwrap() {
+            "open" => read_per_open.push(0),
+            "read" => *read_per_open.last_mut().unwrap() += r["length"].as_u64().unwrap(),
+            _ => {}
+        }
+    }
+    let len = len as u64;
+    let r = &read_per_open;
+    assert_eq!(r.len(), 9, "{r:?}");
+    assert!(
+        r[1] >= len,
+        "open 2 read through the mount (open 1 bypassed the kernel): {r:?}"
+    );
+    assert_eq!(r[2], 0, "open 3 read from the kernel: {r:?}");
+    assert!(r[3] >= len && r[4] >= len, "opens 4 and 5 bypassed: {r:?}");
+    assert!(r[5] >= len, "open 6 read through the mount: {r:?}");
+    assert_eq!(r[7], 0, "open 8 read the pages open 7 wrote: {r:?}");
+    assert!(r[8] >= len, "open 9 dropped the kernel's pages: {r:?}");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A page-aligned 1 MiB buffer of `value`: the kernel passes a write from
 /// it to the mount whole (from an unaligned buffer it splits a 1 MiB write
 /// at a page boundary into two requests, each committed on its own).

@@ -228,8 +228,19 @@ impl Fs {
     /// consistency plug-in says. Asked at each open, after [`Fs::open`]: `UntilChanged` is resolved
     /// here, to `Keep` when the kernel's pages are current at the version
     /// the open validated ([`NodeFile::kernel_keeps`]), else `UntilOpen`.
-    pub async fn kernel_cache(&self, a: &Attr) -> Result<KernelCache> {
-        Ok(match self.state(a).await?.plugin.kernel_cache() {
+    /// The file's `page-cache` setting may bypass it whatever the plug-in
+    /// says ([`parcache_core::PageCache::bypasses`]; `write_only`: an open for writing
+    /// only).
+    pub async fn kernel_cache(&self, a: &Attr, write_only: bool) -> Result<KernelCache> {
+        let st = self.state(a).await?;
+        // A direct write drops the pages it changes from the kernel's
+        // cache; a change of setting makes the node learn the file anew, so
+        // the kernel's pages from before a bypass are dropped at the next
+        // open that keeps pages (`kernel_keeps` starts false).
+        if st.policies.page_cache.bypasses(write_only) {
+            return Ok(KernelCache::Bypass);
+        }
+        Ok(match st.plugin.kernel_cache() {
             KernelCache::UntilChanged => {
                 if self.with_file(a.handle, |_, f| f.kernel_keeps()) {
                     KernelCache::Keep

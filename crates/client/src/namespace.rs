@@ -385,7 +385,7 @@ impl Fs {
             .map(|(k, v, inherited)| (k, v, if inherited { "inherited" } else { "set" }))
             .collect();
         let set: Vec<(String, String)> = all.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
-        for (k, v) in FilePolicies::from_settings(&set).settings() {
+        for (k, v) in FilePolicies::from_settings(&set).node_settings() {
             if !all.iter().any(|(key, _, _)| *key == k) {
                 all.push((k.to_string(), v, "default"));
             }

@@ -15,7 +15,7 @@ use crate::write::WritePolicyKind;
 pub type PoolKey = (ReplacementKind, WritePolicyKind, PrefetchKind, CooperativeKind, bool);
 
 /// The policy keys a file or directory can carry.
-pub const POLICY_KEYS: [&str; 10] = [
+pub const POLICY_KEYS: [&str; 11] = [
     "write",
     "replacement",
     "prefetch",
@@ -24,6 +24,7 @@ pub const POLICY_KEYS: [&str; 10] = [
     "store",
     "bypass",
     "nv",
+    "page-cache",
     "stripe_unit",
     "stripe_width",
 ];
@@ -107,6 +108,7 @@ pub fn check_setting(key: &str, value: &str) -> Result<String, PolicyError> {
         "cooperative" => value.parse::<CooperativeKind>()?.to_string(),
         "store" => value.parse::<StoreKind>()?.to_string(),
         "bypass" => value.parse::<crate::bypass::hints::HintList>()?.to_string(),
+        "page-cache" => value.parse::<crate::page_cache::PageCache>()?.to_string(),
         "nv" => match parse_on_off(value) {
             Some(true) => "on".to_string(),
             Some(false) => "off".to_string(),
@@ -219,6 +221,9 @@ pub struct FilePolicies {
     /// cache (`--nv-dir`), the client NV cache of Biswas et al. 1993 §2.2;
     /// a node without one writes such files through.
     pub nv: bool,
+    /// Whether the kernel above a mount keeps the file's pages
+    /// ([`crate::page_cache`]); not a cache policy of the simulator's.
+    pub page_cache: crate::page_cache::PageCache,
 }
 
 impl Default for FilePolicies {
@@ -231,6 +236,7 @@ impl Default for FilePolicies {
             cooperative: CooperativeKind::None,
             store: StoreKind::Blocks,
             nv: false,
+            page_cache: crate::page_cache::PageCache::Auto,
         }
     }
 }
@@ -250,6 +256,7 @@ impl FilePolicies {
                 "cooperative" => p.cooperative = v.parse().unwrap_or(p.cooperative),
                 "store" => p.store = v.parse().unwrap_or(p.store),
                 "nv" => p.nv = parse_on_off(v).unwrap_or(p.nv),
+                "page-cache" => p.page_cache = v.parse().unwrap_or(p.page_cache),
                 _ => {}
             }
         }
@@ -261,7 +268,8 @@ impl FilePolicies {
         p
     }
 
-    /// The policies as settings (key, value), as `policy set` takes them.
+    /// The cache's policies as settings (key, value), as `policy set`
+    /// takes them (the simulator's choices: `page-cache` is not one).
     pub fn settings(&self) -> [(&'static str, String); 7] {
         [
             ("write", self.write.to_string()),
@@ -272,6 +280,14 @@ impl FilePolicies {
             ("store", self.store.to_string()),
             ("nv", if self.nv { "on" } else { "off" }.to_string()),
         ]
+    }
+
+    /// Every setting (key, value) this node applies: [`Self::settings`] and
+    /// `page-cache`.
+    pub fn node_settings(&self) -> Vec<(&'static str, String)> {
+        let mut all = self.settings().to_vec();
+        all.push(("page-cache", self.page_cache.to_string()));
+        all
     }
 
     /// Files with the same replacement, write, prefetch and cooperative
@@ -317,6 +333,12 @@ mod tests {
         let e = check_setting("nv", "maybe").unwrap_err().to_string();
         assert!(e.contains("nv") && e.contains("on or off"), "{e}");
         assert!(FilePolicies::from_settings(&[("nv".to_string(), "on".to_string())]).nv);
+        assert_eq!(check_setting("page-cache", "BYPASS").unwrap(), "bypass");
+        let e = check_setting("page-cache", "off").unwrap_err().to_string();
+        assert!(e.contains("page-cache") && e.contains("auto, bypass or cached"), "{e}");
+        let p = FilePolicies::from_settings(&[("page-cache".to_string(), "bypass".to_string())]);
+        assert_eq!(p.page_cache, crate::page_cache::PageCache::Bypass);
+        assert!(p.node_settings().contains(&("page-cache", "bypass".to_string())));
         assert!(check_setting("store", "tape")
             .unwrap_err()
             .to_string()

@@ -19,6 +19,7 @@
 //! - [`bypass`]: which requests go around a cache level (2003
 //!   discretionary caching): segment hints, runtime bypass, `harvest`.
 //! - [`ids`]: the names of files, nodes, processes, buffers and I/Os.
+//! - [`page_cache`]: whether the kernel above a mount keeps a file's pages.
 //! - [`trace`]: one recorded file operation (the format `mount --record`
 //!   writes and `sim replay` reads).
 
@@ -30,6 +31,7 @@ pub mod consistency;
 pub mod cooperative;
 pub mod error;
 pub mod ids;
+pub mod page_cache;
 pub mod prefetch;
 pub mod replacement;
 pub mod stripe;
@@ -42,6 +44,7 @@ pub use cache::{Access, Begin, BufId, Cache, CacheConfig, CacheStats, Effect, Io
 pub use catalogue::{FilePolicies, PoolKey, StoreKind};
 pub use consistency::ConsistencyKind;
 pub use error::{AccessError, PolicyError};
+pub use page_cache::PageCache;
 pub use prefetch::PrefetchKind;
 pub use replacement::ReplacementKind;
 pub use stripe::StripeLayout;

@@ -394,10 +394,18 @@ fn file_attr(fs: &Fs, a: &Attr) -> FileAttr {
     }
 }
 
+const O_ACCMODE: i32 = 0o3;
+const O_WRONLY: i32 = 0o1;
+
 /// Whether open flags ask for writing.
 fn writes(flags: i32) -> bool {
-    const O_ACCMODE: i32 = 0o3;
     flags & O_ACCMODE != 0
+}
+
+/// Whether open flags ask for writing only (nothing can be read or mapped
+/// through the open).
+fn write_only(flags: i32) -> bool {
+    flags & O_ACCMODE == O_WRONLY
 }
 
 /// Notes one more open description of a file, with its newest attributes.
@@ -408,13 +416,14 @@ fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
     e.1 += 1;
 }
 
-/// How the kernel is to treat an open file, as the file's consistency
-/// plug-in says: its page cache bypassed (`sprite`, `posix`, `nfs`: every
-/// read and write must reach the node), dropped at an open that finds the
-/// file changed by another node (`close-to-open`, `session`), or kept
-/// across opens (`none`).
-async fn open_flags(fs: &Fs, a: &Attr) -> Result<u32, FsError> {
-    Ok(match fs.kernel_cache(a).await? {
+/// How the kernel is to treat an open file (opened with `flags`), as the
+/// file's consistency plug-in says: its page cache bypassed (`sprite`,
+/// `posix`, `nfs`: every read and write must reach the node), dropped at an
+/// open that finds the file changed by another node (`close-to-open`,
+/// `session`), or kept across opens (`none`). The file's `page-cache`
+/// setting may bypass it besides: by default an open for writing only.
+async fn open_flags(fs: &Fs, a: &Attr, flags: i32) -> Result<u32, FsError> {
+    Ok(match fs.kernel_cache(a, write_only(flags)).await? {
         KernelCache::Bypass => fuser::consts::FOPEN_DIRECT_IO,
         KernelCache::UntilOpen | KernelCache::UntilChanged => 0,
         KernelCache::Keep => fuser::consts::FOPEN_KEEP_CACHE,
@@ -705,7 +714,7 @@ impl Filesystem for Mount {
                     None => fs.getattr_to_open(ino).await?,
                 };
                 let a = fs.open(&a, writes(flags)).await?;
-                let how = open_flags(&fs, &a).await?;
+                let how = open_flags(&fs, &a, flags).await?;
                 Ok::<_, FsError>((a, how))
             };
             match r.await {
@@ -762,7 +771,7 @@ impl Filesystem for Mount {
                 }
                 let a = owned(&fs, a, uid, gid).await?;
                 let a = fs.open(&a, writes(flags)).await?;
-                let how = open_flags(&fs, &a).await?;
+                let how = open_flags(&fs, &a, flags).await?;
                 Ok::<_, FsError>((a, how))
             };
             match r.await {
