@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -87,6 +87,41 @@ const READDIR_PAGE_BYTES: usize = 32 << 10;
 /// Changes reach the disk at most this long after they were made (sooner
 /// when a client syncs).
 pub const SYNC_EVERY: Duration = Duration::from_secs(1);
+
+/// File handles are reserved this many at a time, durably, before any of
+/// them is given out. A crash (or a failed durable commit) takes the
+/// handle counter back to the last durable commit, while the data servers
+/// may hold parts of files created after it: a new file given such a
+/// handle would show the lost file's bytes in its holes.
+const HANDLE_RESERVE: u64 = 4096;
+
+/// The file in the metadata server's directory that holds the first handle
+/// not yet reserved.
+const HANDLES_RESERVED: &str = "handles-reserved";
+
+/// The first handle not reserved yet (0 if nothing was ever reserved).
+fn reserved_handles(dir: &std::path::Path) -> io::Result<u64> {
+    let p = dir.join(HANDLES_RESERVED);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{} is damaged: {s:?}", p.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Records `upto` as the first handle not reserved, durably (a temporary
+/// file, synced, renamed over, the directory synced).
+fn reserve_handles(dir: &std::path::Path, upto: u64) -> io::Result<()> {
+    let tmp = dir.join(format!("{HANDLES_RESERVED}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    std::io::Write::write_all(&mut f, format!("{upto}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(HANDLES_RESERVED))?;
+    std::fs::File::open(dir)?.sync_all()
+}
 
 /// Default stripe unit: 64 KiB.
 pub const DEFAULT_STRIPE_UNIT: u64 = 64 << 10;
@@ -217,7 +252,9 @@ struct Mds {
     /// none right after a durable commit (the next request opens one).
     /// Declared before `db`, so it is dropped (rolled back) first.
     open: parking_lot::Mutex<Option<redb::WriteTransaction>>,
-    db: Database,
+    /// The store; `None` while it could not be opened again after a
+    /// failed commit ([`Mds::begin`]).
+    db: parking_lot::Mutex<Option<Database>>,
     iods: Vec<String>,
     dir: PathBuf,
     /// Changes made since the last durable commit.
@@ -229,6 +266,8 @@ struct Mds {
     /// request's changes mix in and a lease is granted on attributes no
     /// later change has been answered over.
     one_op: parking_lot::Mutex<()>,
+    /// The first handle not reserved ([`HANDLE_RESERVE`]).
+    reserved: AtomicU64,
 }
 
 /// A request's view of the open transaction, with the values its changes
@@ -575,10 +614,11 @@ impl Mds {
         std::fs::create_dir_all(&cfg.data_dir)?;
         let db = Database::create(cfg.data_dir.join("meta.redb")).map_err(io::Error::other)?;
         let mds = Mds {
-            db,
+            db: parking_lot::Mutex::new(Some(db)),
             iods: cfg.iods.clone(),
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
+            reserved: AtomicU64::new(reserved_handles(&cfg.data_dir)?),
             open: parking_lot::Mutex::new(None),
             changed: parking_lot::Mutex::new(Vec::new()),
             one_op: parking_lot::Mutex::new(()),
@@ -621,6 +661,8 @@ impl Mds {
             Ok(Response::Ok)
         })
         .map_err(|(_, m)| io::Error::other(m))?;
+        mds.write(|tx| mds.skip_reserved(tx.w()))
+            .map_err(|(_, m)| io::Error::other(m))?;
         mds.sync().map_err(|(_, m)| io::Error::other(m))?;
         Ok(mds)
     }
@@ -635,7 +677,7 @@ impl Mds {
     fn write<T>(&self, f: impl FnOnce(&Tx) -> R<T>) -> R<T> {
         let mut open = self.open.lock();
         if open.is_none() {
-            *open = Some(self.db.begin_write().map_err(db_err)?);
+            *open = Some(self.begin()?);
         }
         let tx = Tx {
             tx: open.as_ref().expect("opened above"),
@@ -665,6 +707,72 @@ impl Mds {
             }
         }
         r
+    }
+
+    /// A new write transaction. After a failed commit (a full disk) redb
+    /// refuses every transaction until the database is closed and opened
+    /// again, so it is reopened here, at the state of the last durable
+    /// commit (what `sync` said was lost, as in a crash); a reopening that
+    /// fails is tried again by the next request.
+    fn begin(&self) -> R<redb::WriteTransaction> {
+        let mut db = self.db.lock();
+        match db.as_ref().map(Database::begin_write) {
+            Some(Ok(tx)) => return Ok(tx),
+            Some(Err(redb::TransactionError::Storage(redb::StorageError::PreviousIo))) | None => {}
+            Some(Err(e)) => return Err(db_err(e)),
+        }
+        tracing::warn!("metadata store: opening it again after an I/O error");
+        // Its file lock goes with it, before the file is opened again.
+        drop(db.take());
+        let again = Database::create(self.dir.join("meta.redb")).map_err(db_err)?;
+        let tx = again.begin_write().map_err(db_err)?;
+        self.skip_reserved(&tx)?;
+        *db = Some(again);
+        tracing::info!("metadata store: open again, at its last durable commit");
+        Ok(tx)
+    }
+
+    /// Moves the handle counter past every handle reserved (some may have
+    /// been given to files a crash or a failed commit lost). Made durable
+    /// with the next durable commit; until then a crash finds the
+    /// reservation again.
+    fn skip_reserved(&self, tx: &redb::WriteTransaction) -> R<()> {
+        let reserved = self.reserved.load(Ordering::SeqCst);
+        let mut t = tx.open_table(META).map_err(db_err)?;
+        let next = t.get("next_handle").map_err(db_err)?.map(|v| v.value());
+        if next.is_some_and(|n| n < reserved) {
+            tracing::info!(
+                "metadata store: new files' handles start at {reserved}, past those reserved before a crash or a failed commit"
+            );
+            t.insert("next_handle", reserved).map_err(db_err)?;
+            self.unsynced.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// `handle` is about to be given to a new file: reserves the next
+    /// [`HANDLE_RESERVE`] durably first if it is not reserved yet.
+    fn reserve(&self, handle: u64) -> R<()> {
+        if handle < self.reserved.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let upto = handle + HANDLE_RESERVE;
+        reserve_handles(&self.dir, upto).map_err(|e| {
+            let code = if e.raw_os_error() == Some(28) {
+                ErrorCode::NoSpace
+            } else {
+                ErrorCode::Io
+            };
+            (
+                code,
+                format!(
+                    "reserving file handles in {}: {e}",
+                    self.dir.join(HANDLES_RESERVED).display()
+                ),
+            )
+        })?;
+        self.reserved.store(upto, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Runs a lookup: in the open transaction too, so it sees every change
@@ -829,6 +937,7 @@ impl Mds {
 
     fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<Vec<u8>>) -> R<Inode> {
         let handle = tx.counter("next_handle", ROOT + 1)?;
+        self.reserve(handle)?;
         let t = now();
         let layout = if kind == FileKind::File {
             self.layout(tx, &parent.policies)?
@@ -2412,6 +2521,17 @@ mod tests {
         // lay the file out on) gives it back.
         cfg.iods.clear();
         let m = Mds::open(&cfg).unwrap();
+        // A restart starts past every handle reserved (a crash may have
+        // lost files that had some).
+        let first = match m.op(Request::Mkdir {
+            parent: ROOT,
+            name: b"d0".to_vec(),
+            mode: 0o755,
+        }) {
+            Ok(Response::Attr(attr)) | Ok(Response::Created { attr, .. }) => attr.handle,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(first, a + HANDLE_RESERVE, "the first handle after a restart");
         let failed = m.op(Request::Create {
             parent: ROOT,
             name: b"c".to_vec(),
@@ -2425,7 +2545,7 @@ mod tests {
             name: b"d".to_vec(),
             mode: 0o755,
         }) {
-            Ok(Response::Attr(attr)) | Ok(Response::Created { attr, .. }) => assert_eq!(attr.handle, a + 2),
+            Ok(Response::Attr(attr)) | Ok(Response::Created { attr, .. }) => assert_eq!(attr.handle, first + 1),
             other => panic!("{other:?}"),
         }
         m.op(Request::Sync).unwrap();
