@@ -784,19 +784,7 @@ fn the_kernel_keeps_an_unchanged_files_pages_across_opens() {
     b.unmount();
 
     // What reached node a's mount, open by open.
-    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut read_per_open: Vec<u64> = vec![];
-    for r in recs.iter().filter(|r| r["file"] == "/f") {
-        match r["op"].as_str().unwrap() {
-            "open" => read_per_open.push(0),
-            "read" => *read_per_open.last_mut().unwrap() += r["length"].as_u64().unwrap(),
-            _ => {}
-        }
-    }
+    let read_per_open = reads_per_open(&trace, "/f");
     // Opens: read, read, read (after b), write, read (own write), read.
     assert_eq!(read_per_open.len(), 6, "{read_per_open:?}");
     assert!(
@@ -886,19 +874,7 @@ fn page_cache_settings_decide_which_opens_reach_the_mount() {
     assert!(!ok, "{out}");
     a.unmount();
 
-    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut read_per_open: Vec<u64> = vec![];
-    for r in recs.iter().filter(|r| r["file"] == "/f") {
-        match r["op"].as_str().unwrap() {
-            "open" => read_per_open.push(0),
-            "read" => *read_per_open.last_mut().unwrap() += r["length"].as_u64().unwrap(),
-            _ => {}
-        }
-    }
+    let read_per_open = reads_per_open(&trace, "/f");
     let len = len as u64;
     let r = &read_per_open;
     assert_eq!(r.len(), 9, "{r:?}");
@@ -913,6 +889,24 @@ fn page_cache_settings_decide_which_opens_reach_the_mount() {
     assert!(r[8] >= len, "open 9 dropped the kernel's pages: {r:?}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Bytes read through the mount in each open of `file` (opens in order),
+/// from a mount's `--record` trace.
+fn reads_per_open(trace: &Path, file: &str) -> Vec<u64> {
+    let mut per_open: Vec<u64> = vec![];
+    for line in std::fs::read_to_string(trace).unwrap().lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        if r["file"] != file {
+            continue;
+        }
+        match r["op"].as_str().unwrap() {
+            "open" => per_open.push(0),
+            "read" => *per_open.last_mut().unwrap() += r["length"].as_u64().unwrap(),
+            _ => {}
+        }
+    }
+    per_open
 }
 
 /// A page-aligned 1 MiB buffer of `value`: the kernel passes a write from

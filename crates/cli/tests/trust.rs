@@ -310,32 +310,82 @@ async fn a_handle_lost_in_a_crash_is_never_given_again() {
     );
 }
 
+/// A 2-server cluster on a 40 MiB tmpfs, and a 4 MiB local file to copy
+/// in. Fields drop in order: the cluster stops before the disk goes.
+struct OnSmallDisk {
+    c: Cluster,
+    _disk: SmallDisk,
+    dir: std::path::PathBuf,
+    local: std::path::PathBuf,
+    piece: Vec<u8>,
+}
+
+impl OnSmallDisk {
+    /// `None` where no tmpfs can be mounted (not root).
+    fn up(tag: &str) -> Option<OnSmallDisk> {
+        let disk = SmallDisk::new(tag, 40)?;
+        let dir = disk.0.join("cluster");
+        let (ok, _, err) = parcache_within(30, &["up", "--data", dir.to_str().unwrap(), "--iods", "2"]);
+        assert!(ok, "{err}");
+        let piece: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 241) as u8).collect();
+        let local = std::env::temp_dir().join(format!("parcache-{tag}-{}.in", std::process::id()));
+        std::fs::write(&local, &piece).unwrap();
+        Some(OnSmallDisk {
+            c: Cluster { dir: dir.clone() },
+            _disk: disk,
+            dir,
+            local,
+            piece,
+        })
+    }
+    fn d(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+    /// Copies the local file in as `pc:/NAME` (within a minute).
+    fn cp(&self, name: &str) -> (bool, String) {
+        let (ok, _, err) = parcache_within(
+            60,
+            &[
+                "cp",
+                "--data",
+                self.d(),
+                self.local.to_str().unwrap(),
+                &format!("pc:/{name}"),
+            ],
+        );
+        (ok, err)
+    }
+    /// Copies the local file in as f0, f1, … until a copy fails: the
+    /// numbers stored, and the failure.
+    fn fill(&self) -> (Vec<usize>, Option<String>) {
+        let mut stored = vec![];
+        for i in 0..30 {
+            let (ok, err) = self.cp(&format!("f{i}"));
+            if !ok {
+                return (stored, Some(err));
+            }
+            stored.push(i);
+        }
+        (stored, None)
+    }
+}
+
+impl Drop for OnSmallDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.local);
+    }
+}
+
 /// Issues 9.5 and 9.6: on a full disk the application sees ENOSPC, nothing
 /// panics or hangs, `status` and `down` answer, deleting files frees the
 /// space, and the cluster restarts on the full disk.
 #[test]
 fn a_full_disk_gives_enospc_and_deleting_files_frees_it() {
-    let Some(disk) = SmallDisk::new("trust-full", 40) else {
+    let Some(s) = OnSmallDisk::up("trust-full") else {
         return;
     };
-    let dir = disk.0.join("cluster");
-    let d = dir.to_str().unwrap();
-    let (ok, _, err) = parcache_within(30, &["up", "--data", d, "--iods", "2"]);
-    assert!(ok, "{err}");
-    let c = Cluster { dir: dir.clone() };
-    let piece: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 241) as u8).collect();
-    let local = std::env::temp_dir().join(format!("parcache-full-{}.in", std::process::id()));
-    std::fs::write(&local, &piece).unwrap();
-    let mut stored = vec![];
-    let mut full = None;
-    for i in 0..30 {
-        let (ok, _, err) = parcache_within(60, &["cp", "--data", d, local.to_str().unwrap(), &format!("pc:/f{i}")]);
-        if !ok {
-            full = Some(err);
-            break;
-        }
-        stored.push(i);
-    }
+    let (d, dir) = (s.d(), &s.dir);
+    let (stored, full) = s.fill();
     let err = full.expect("40 MiB fill up");
     eprintln!("full after {} files: {err}", stored.len());
     assert!(err.to_lowercase().contains("space"), "ENOSPC is named: {err}");
@@ -351,22 +401,19 @@ fn a_full_disk_gives_enospc_and_deleting_files_frees_it() {
     assert!(!err.contains("panicked"), "{err}");
     let (ok, _, err) = parcache_within(60, &["up", "--data", d]);
     assert!(ok, "restart on a full disk: {err}");
-    assert_eq!(cat(&c, &format!("f{}", stored[0])), piece);
+    assert_eq!(cat(&s.c, &format!("f{}", stored[0])), s.piece);
     // Deleting frees the space: the same files fit again.
     for i in &stored {
         let (ok, _, err) = parcache_within(30, &["rm", "--data", d, &format!("pc:/f{i}")]);
         assert!(ok, "{err}");
     }
     for i in 0..stored.len().min(3) {
-        let (ok, _, err) = parcache_within(60, &["cp", "--data", d, local.to_str().unwrap(), &format!("pc:/g{i}")]);
+        let (ok, err) = s.cp(&format!("g{i}"));
         assert!(ok, "space came back after deleting: {err}");
     }
-    assert_eq!(cat(&c, "g0"), piece);
+    assert_eq!(cat(&s.c, "g0"), s.piece);
     let (ok, _, err) = parcache_within(30, &["down", "--data", d]);
     assert!(ok, "{err}");
-    let _ = std::fs::remove_file(local);
-    drop(c);
-    drop(disk);
 }
 
 /// A full disk that fails the metadata server's durable commit does not
@@ -375,25 +422,11 @@ fn a_full_disk_gives_enospc_and_deleting_files_frees_it() {
 /// answer "Previous I/O error occurred" until restarted).
 #[test]
 fn a_full_disk_is_recovered_from_without_a_restart() {
-    let Some(disk) = SmallDisk::new("trust-full2", 40) else {
+    let Some(s) = OnSmallDisk::up("trust-full2") else {
         return;
     };
-    let dir = disk.0.join("cluster");
-    let d = dir.to_str().unwrap();
-    let (ok, _, err) = parcache_within(30, &["up", "--data", d, "--iods", "2"]);
-    assert!(ok, "{err}");
-    let c = Cluster { dir: dir.clone() };
-    let piece: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 239) as u8).collect();
-    let local = std::env::temp_dir().join(format!("parcache-full2-{}.in", std::process::id()));
-    std::fs::write(&local, &piece).unwrap();
-    let mut stored = vec![];
-    for i in 0..30 {
-        let (ok, _, _) = parcache_within(60, &["cp", "--data", d, local.to_str().unwrap(), &format!("pc:/f{i}")]);
-        if !ok {
-            break;
-        }
-        stored.push(i);
-    }
+    let d = s.d();
+    let (stored, _) = s.fill();
     // Fill what is left with the metadata server's own writes: many small
     // files, until one fails.
     for i in 0..2000 {
@@ -408,16 +441,13 @@ fn a_full_disk_is_recovered_from_without_a_restart() {
         let (ok, _, err) = parcache_within(30, &["rm", "--data", d, &format!("pc:/f{i}")]);
         assert!(ok, "rm without a restart: {err}");
     }
-    let (ok, _, err) = parcache_within(60, &["cp", "--data", d, local.to_str().unwrap(), "pc:/g0"]);
+    let (ok, err) = s.cp("g0");
     assert!(ok, "space came back after deleting, without a restart: {err}");
-    assert_eq!(cat(&c, "g0"), piece);
-    let l = std::fs::read_to_string(dir.join("mds.log")).unwrap_or_default();
+    assert_eq!(cat(&s.c, "g0"), s.piece);
+    let l = std::fs::read_to_string(s.dir.join("mds.log")).unwrap_or_default();
     assert!(!l.contains("panicked"), "mds.log: {l}");
     let (ok, _, err) = parcache_within(30, &["down", "--data", d]);
     assert!(ok, "{err}");
-    let _ = std::fs::remove_file(local);
-    drop(c);
-    drop(disk);
 }
 
 /// Issue 9.8 and 9.10: a restart reuses the ports; a failed `up` (a port in
