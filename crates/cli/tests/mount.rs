@@ -752,23 +752,13 @@ fn the_kernel_keeps_an_unchanged_files_pages_across_opens() {
     assert!(std::fs::read(a.p("f")).unwrap() == pattern(len, 1), "first read");
     assert!(std::fs::read(a.p("f")).unwrap() == pattern(len, 1), "second read");
     // Node b rewrites it in place (same size) and closes: open 3 sees it.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(b.p("f"))
-        .unwrap()
-        .write_all(&pattern(len, 2))
-        .unwrap();
+    write_in_place(&b.p("f"), &pattern(len, 2));
     assert!(
         std::fs::read(a.p("f")).unwrap() == pattern(len, 2),
         "node a sees node b's closed write at its next open"
     );
     // Node a's own rewrite, then b's read and a's: each sees the last.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(a.p("f"))
-        .unwrap()
-        .write_all(&pattern(len, 3))
-        .unwrap();
+    write_in_place(&a.p("f"), &pattern(len, 3));
     assert!(std::fs::read(b.p("f")).unwrap() == pattern(len, 3), "b sees a's write");
     assert!(
         std::fs::read(a.p("f")).unwrap() == pattern(len, 3),
@@ -853,12 +843,7 @@ fn page_cache_settings_decide_which_opens_reach_the_mount() {
     let (ok, out) = set("cached");
     assert!(ok, "{out}");
     // In place (a truncate would drop the kernel's pages at the next open).
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(a.p("f"))
-        .unwrap()
-        .write_all(&pattern(len, 3))
-        .unwrap();
+    write_in_place(&a.p("f"), &pattern(len, 3));
     read("open 8", 3);
     // Open 9, auto again: the node learns the file anew and drops the
     // kernel's pages.
@@ -889,6 +874,17 @@ fn page_cache_settings_decide_which_opens_reach_the_mount() {
     assert!(r[8] >= len, "open 9 dropped the kernel's pages: {r:?}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Writes `data` over the start of `path`, which keeps its length (no
+/// truncate, so the kernel's pages may stay).
+fn write_in_place(path: &Path, data: &[u8]) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .write_all(data)
+        .unwrap();
 }
 
 /// Bytes read through the mount in each open of `file` (opens in order),
