@@ -89,23 +89,32 @@ pub struct PathArgs {
 
 #[derive(Args)]
 pub struct GcArgs {
-    /// Only chunks stored at least this many seconds ago (younger ones may
-    /// belong to a write whose commit is on its way).
+    /// Only chunks and parts stored at least this many seconds ago
+    /// (younger ones may belong to a write whose commit, or a file whose
+    /// create, is on its way).
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     older_than: u64,
     #[command(flatten)]
     target: Target,
 }
 
-/// Removes content-addressed chunks no file's recipe names any more (left
-/// by removed or overwritten files, or by writes that crashed before their
-/// commit).
+/// Removes what the data servers keep that no file owns: content-addressed
+/// chunks no file's recipe names any more (left by removed or overwritten
+/// files, or by writes that crashed before their commit), and file parts
+/// whose file the metadata server does not know (left by a node that died
+/// between an unlink and removing the parts, or by files a metadata-server
+/// crash lost).
 pub fn gc(a: GcArgs) -> Result<()> {
     rt()?.block_on(async {
         let fs = a.target.connect().await?;
         let (seen, dropped) = fs.collect_chunks(a.older_than).await?;
         outln!(
             "{seen} chunks stored over {} s ago, {dropped} named by no recipe removed",
+            a.older_than
+        )?;
+        let (seen, removed) = fs.collect_parts(a.older_than).await?;
+        outln!(
+            "{seen} file parts written over {} s ago, {removed} of no file removed",
             a.older_than
         )?;
         Ok(())

@@ -73,7 +73,9 @@ enum Command {
     Rm(fs::PathArgs),
     /// Show a cluster file's attributes and layout.
     Stat(fs::PathArgs),
-    /// Remove content-addressed chunks (store=cas) that no file names any more.
+    /// Remove what no file owns from the data servers: content-addressed chunks
+    /// (store=cas) no recipe names, and parts of files the metadata server
+    /// does not know (left by a crash).
     Gc(fs::GcArgs),
     /// Set or show a file's or directory's policies.
     #[command(subcommand)]

@@ -266,7 +266,27 @@ async fn a_failed_write_back_never_reports_its_size() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_lost_in_a_crash_is_never_given_again() {
     let c = Cluster::up("trust-handles", 2);
-    let mut lost = false;
+    lose_a_file(&c).await;
+    let fs = c.fs().await;
+    let b = fs.create("/b", 0o644, true).await.unwrap();
+    let b = fs.open(&b, true).await.unwrap();
+    fs.write_at(&b, 0, &[b'B'; 4096]).await.unwrap();
+    fs.write_at(&b, 1 << 20, &[b'B'; 4096]).await.unwrap();
+    fs.close(&b, true).await.unwrap();
+    let other = c.fs().await;
+    let b = other.resolve("/b").await.unwrap();
+    let hole = other.read_at(&b, 4096, 8192).await.unwrap();
+    assert!(
+        hole.iter().all(|&x| x == 0),
+        "the new file's hole reads a lost file's bytes"
+    );
+}
+
+/// Writes 2 MiB files and kills the metadata server (`kill -9`) after each
+/// close, restarting it, until one file is lost: created after the
+/// server's last durable commit, its parts kept by the data servers.
+/// Returns the lost file's name.
+async fn lose_a_file(c: &Cluster) -> String {
     // The metadata server commits every second: try until the kill comes
     // first (it almost always does at once).
     for round in 0..5 {
@@ -290,24 +310,81 @@ async fn a_handle_lost_in_a_crash_is_never_given_again() {
         let (ok, _, err) = parcache(&["up", "--data", c.d()]);
         assert!(ok, "restarting the metadata server: {err}");
         if c.fs().await.resolve(&name).await.is_err() {
-            lost = true;
-            break;
+            return name;
         }
     }
-    assert!(lost, "a kill never came before the metadata server's commit");
+    panic!("a kill never came before the metadata server's commit");
+}
+
+/// The handles of the parts every data server of the cluster holds.
+fn parts(c: &Cluster) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut dirs = vec![c.dir.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.parent().unwrap().ends_with("objects") {
+                let name = p.file_name().unwrap().to_str().unwrap();
+                out.push(u64::from_str_radix(name, 16).unwrap());
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// `parcache gc` removes the parts of a file the metadata server lost in
+/// a crash (they stayed on the data servers as used space), only those,
+/// and only once old enough (by default ten minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parts_no_file_owns_are_collected() {
+    let c = Cluster::up("trust-orphan-parts", 2);
     let fs = c.fs().await;
-    let b = fs.create("/b", 0o644, true).await.unwrap();
-    let b = fs.open(&b, true).await.unwrap();
-    fs.write_at(&b, 0, &[b'B'; 4096]).await.unwrap();
-    fs.write_at(&b, 1 << 20, &[b'B'; 4096]).await.unwrap();
-    fs.close(&b, true).await.unwrap();
-    let other = c.fs().await;
-    let b = other.resolve("/b").await.unwrap();
-    let hole = other.read_at(&b, 4096, 8192).await.unwrap();
+    let keep = fs.create("/keep", 0o644, true).await.unwrap();
+    let f = fs.open(&keep, true).await.unwrap();
+    let bytes: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    fs.write_at(&f, 0, &bytes).await.unwrap();
+    fs.close(&f, true).await.unwrap();
+    // Past the metadata server's commit (every second), so the kill
+    // below cannot lose /keep.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    lose_a_file(&c).await;
+    let before = parts(&c);
+    let (ok, out, err) = parcache(&["gc", "--data", c.d()]);
+    assert!(ok, "{err}");
     assert!(
-        hole.iter().all(|&x| x == 0),
-        "the new file's hole reads a lost file's bytes"
+        out.contains("0 file parts written over 600 s ago, 0 of no file removed"),
+        "{out}"
     );
+    assert_eq!(parts(&c), before, "a young part was removed");
+
+    // A file just written (its create perhaps not yet durable) is known.
+    let fs = c.fs().await;
+    let fresh = fs.create("/fresh", 0o644, true).await.unwrap();
+    let f = fs.open(&fresh, true).await.unwrap();
+    fs.write_at(&f, 0, &bytes).await.unwrap();
+    fs.close(&f, true).await.unwrap();
+    let (ok, out, err) = parcache(&["gc", "--data", c.d(), "--older-than", "0"]);
+    assert!(ok, "{err}");
+    let after = parts(&c);
+    let mut owned = Vec::new();
+    for e in fs.readdir("/").await.unwrap() {
+        owned.push(e.handle);
+    }
+    let gone: Vec<u64> = before.iter().copied().filter(|h| !after.contains(h)).collect();
+    assert!(!gone.is_empty(), "the lost file's parts stayed: {before:?}\n{out}");
+    assert!(gone.iter().all(|h| !owned.contains(h)), "a file's part was removed");
+    assert!(
+        after.iter().all(|h| owned.contains(h)),
+        "a part no file owns stayed: {after:?}, files {owned:?}"
+    );
+    assert!(out.contains(&format!("{} of no file removed", gone.len())), "{out}");
+    for name in ["/keep", "/fresh"] {
+        let a = fs.resolve(name).await.unwrap();
+        assert_eq!(fs.read_at(&a, 0, bytes.len() as u64).await.unwrap(), bytes, "{name}");
+    }
 }
 
 /// A 2-server cluster on a 40 MiB tmpfs, and a 4 MiB local file to copy

@@ -12,6 +12,7 @@
 //! calls it before exiting loses nothing.
 
 mod cas;
+mod collect;
 mod data;
 mod dir_hold;
 mod files;

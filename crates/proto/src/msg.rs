@@ -542,6 +542,15 @@ pub enum Request {
     DropChunks {
         hashes: Vec<ChunkHash>,
     },
+    /// To a data server: the handles of its parts last written more than
+    /// `older_than_secs` ago, at most [`LIST_PARTS_PAGE`] of them, in
+    /// order, after `after` (candidates for collection: a part whose
+    /// file the metadata server does not know was left by a crash).
+    /// Answered `Handles`.
+    ListParts {
+        older_than_secs: u64,
+        after: Option<Handle>,
+    },
     /// To the metadata server: the hashes of chunks `from..from + count` of
     /// a file's recipe (holes past its end).
     Hashes {
@@ -571,6 +580,11 @@ pub enum Request {
     Unreferenced {
         hashes: Vec<ChunkHash>,
     },
+    /// To the metadata server: which of these handles name no file (not
+    /// even one unlinked while open). Answered `Handles`.
+    UnknownHandles {
+        handles: Vec<Handle>,
+    },
     /// To a data server: write every dirty block of its cache down, then
     /// forget every block, as `sync; echo 3 > /proc/sys/vm/drop_caches`
     /// does for the kernel's page cache (`parcache drop-caches`): the next
@@ -583,6 +597,9 @@ pub type ChunkHash = [u8; 32];
 
 /// Hashes in one answer to `ListChunks` (2 MiB encoded).
 pub const LIST_CHUNKS_PAGE: usize = 65_536;
+
+/// Handles in one answer to `ListParts` (at most 640 KiB encoded).
+pub const LIST_PARTS_PAGE: usize = 65_536;
 
 /// Counters a node (a mount or another client) reports in its heartbeat.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -761,6 +778,8 @@ pub enum Response {
         lens: Vec<u32>,
     },
     Hashes(Vec<ChunkHash>),
+    /// File handles (answers `ListParts` and `UnknownHandles`).
+    Handles(Vec<Handle>),
     /// A commit applied: the file's attributes after, and the chunks no
     /// recipe names any more (the next collection removes them).
     Committed {
@@ -957,8 +976,10 @@ impl Request {
                 | GetChunks { .. }
                 | ListChunks { .. }
                 | DropChunks { .. }
+                | ListParts { .. }
                 | Hashes { .. }
                 | Unreferenced { .. }
+                | UnknownHandles { .. }
                 | Write { .. }
                 | WriteBuffered { .. }
                 | Read { .. }

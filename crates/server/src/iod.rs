@@ -792,6 +792,16 @@ impl Handler for IodHandler {
                     Err(e) => Response::error(ErrorCode::Io, format!("listing chunks: {e}")),
                 }
             }
+            Request::ListParts { older_than_secs, after } => {
+                let store = iod.store.clone();
+                let age = std::time::Duration::from_secs(older_than_secs);
+                let list = move || store.list_older_than(age, after, parcache_proto::LIST_PARTS_PAGE);
+                match tokio::task::spawn_blocking(list).await {
+                    Ok(Ok(h)) => Response::Handles(h),
+                    Ok(Err(e)) => io_reply("listing parts", e),
+                    Err(e) => Response::error(ErrorCode::Io, format!("listing parts: {e}")),
+                }
+            }
             Request::DropChunks { hashes } => {
                 let chunks = iod.chunks.clone();
                 let r = tokio::task::spawn_blocking(move || hashes.iter().try_for_each(|h| chunks.remove(h))).await;

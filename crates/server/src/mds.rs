@@ -1356,6 +1356,19 @@ impl Mds {
                 };
                 Ok(Response::Hashes(unnamed))
             }),
+            // Read in the open transaction, so a file created since the
+            // last durable commit is known: only a crash's lost files and
+            // removed ones are not.
+            Request::UnknownHandles { handles } => self.read(|tx| {
+                let inodes = tx.w().open_table(INODES).map_err(db_err)?;
+                let mut unknown = Vec::new();
+                for h in handles {
+                    if inodes.get(h).map_err(db_err)?.is_none() {
+                        unknown.push(h);
+                    }
+                }
+                Ok(Response::Handles(unknown))
+            }),
             Request::Stats => self.read(|tx| {
                 let rtx = tx.w();
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
@@ -2608,6 +2621,40 @@ mod tests {
                 name: b"missing".to_vec(),
             })
             .is_err());
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// A collection asks which handles name no file: a file created since
+    /// the last durable commit is known (the question reads the open
+    /// transaction), an unlinked one is not, one unlinked while open is
+    /// until forgotten, and a handle never given is not.
+    #[test]
+    fn unknown_handles_are_those_of_no_file() {
+        let cfg = config("unknown");
+        let m = Mds::open(&cfg).unwrap();
+        let (a, b, c) = (create(&m, "a"), create(&m, "b"), create(&m, "c"));
+        m.op(Request::Unlink {
+            parent: ROOT,
+            name: b"b".to_vec(),
+            keep_open: false,
+        })
+        .unwrap();
+        m.op(Request::Unlink {
+            parent: ROOT,
+            name: b"c".to_vec(),
+            keep_open: true,
+        })
+        .unwrap();
+        let ask = |m: &Mds| match m.op(Request::UnknownHandles {
+            handles: vec![ROOT, a, b, c, c + 1000],
+        }) {
+            Ok(Response::Handles(h)) => h,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ask(&m), [b, c + 1000]);
+        m.op(Request::Forget { handle: c }).unwrap();
+        assert_eq!(ask(&m), [b, c, c + 1000]);
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }

@@ -227,6 +227,39 @@ impl BlockStore {
         }
     }
 
+    /// The handles of parts last written at least `age` ago, in order,
+    /// after `after`, at most `limit` of them: the candidates a collection
+    /// asks the metadata server about (a younger part may belong to a
+    /// file whose create is on its way).
+    pub fn list_older_than(&self, age: std::time::Duration, after: Option<u64>, limit: usize) -> io::Result<Vec<u64>> {
+        let mut all = Vec::new();
+        for f in std::fs::read_dir(&self.dir)? {
+            let name = f?.file_name();
+            let handle = name
+                .to_str()
+                .filter(|n| n.len() == 16)
+                .and_then(|n| u64::from_str_radix(n, 16).ok());
+            if let Some(h) = handle.filter(|&h| after.is_none_or(|a| h > a)) {
+                all.push(h);
+            }
+        }
+        all.sort_unstable();
+        let now = std::time::SystemTime::now();
+        let mut out = Vec::new();
+        for h in all {
+            if out.len() == limit {
+                break;
+            }
+            let Ok(m) = std::fs::metadata(self.path(h)) else {
+                continue; // removed since the listing
+            };
+            if now.duration_since(m.modified()?).unwrap_or_default() >= age {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
     /// Makes the handle's part durable.
     pub fn sync(&self, handle: u64) -> io::Result<()> {
         if let Some(p) = self.file(handle, false)? {
@@ -321,6 +354,28 @@ mod tests {
         for h in 0..OPEN_MAX as u64 + 10 {
             assert_eq!(&s.read(100 + h, 0, 8).unwrap()[..], h.to_le_bytes());
             s.remove(100 + h).unwrap();
+        }
+        // Listing for collection: parts in handle order, after a given
+        // one, old enough, a page at a time; other names are no parts.
+        for h in [7, 3, 0x1_0000_0000] {
+            s.write(h, 0, b"x").unwrap();
+        }
+        std::fs::write(d.join("objects").join("notes"), b"").unwrap();
+        let all = std::time::Duration::ZERO;
+        assert_eq!(s.list_older_than(all, None, 10).unwrap(), [3, 7, 0x1_0000_0000]);
+        assert_eq!(s.list_older_than(all, Some(3), 1).unwrap(), [7]);
+        assert_eq!(
+            s.list_older_than(all, Some(0x1_0000_0000), 10).unwrap(),
+            Vec::<u64>::new()
+        );
+        let hour = std::time::Duration::from_secs(3600);
+        assert_eq!(
+            s.list_older_than(hour, None, 10).unwrap(),
+            Vec::<u64>::new(),
+            "all just written"
+        );
+        for h in [7, 3, 0x1_0000_0000] {
+            s.remove(h).unwrap();
         }
         // Every handle, even the extremes, stays inside objects/.
         assert!(s.path(u64::MAX).starts_with(d.join("objects")));
