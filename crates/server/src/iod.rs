@@ -264,7 +264,7 @@ impl Iod {
         // On a blocking thread: a page-cache write may wait for the disk
         // (the kernel throttles writers of many dirty pages).
         let d = data.clone();
-        self.blocking(move |s| s.write(handle, offset, &d)).await?;
+        self.blocking(move |s| s.write_streamed(handle, offset, &d)).await?;
         self.grow(handle, offset + len).await?;
         let b = IOD_BLOCK as usize;
         for (i, piece) in data.chunks(b).enumerate() {

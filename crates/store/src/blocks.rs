@@ -29,7 +29,16 @@ pub struct BlockStore {
 struct Part {
     file: File,
     direct: OnceLock<Option<File>>,
+    /// The bytes [`BlockStore::write_streamed`] wrote whose writing to the
+    /// disk it has not started (a range covering them; empty when none).
+    unstarted: Mutex<std::ops::Range<u64>>,
+    /// The range whose writing to the disk was started last.
+    started: Mutex<std::ops::Range<u64>>,
 }
+
+/// Bytes of a part written by [`BlockStore::write_streamed`] after which
+/// their writing to the disk starts.
+pub const WRITEBACK_START: u64 = 4 << 20;
 
 /// Direct reads' alignment of offset, length and buffer (the page size,
 /// which covers every logical block size Linux file systems use). A buffer
@@ -79,6 +88,8 @@ impl BlockStore {
         let f = Arc::new(Part {
             file: f,
             direct: OnceLock::new(),
+            unstarted: Mutex::new(0..0),
+            started: Mutex::new(0..0),
         });
         open.insert(handle, f.clone());
         Ok(Some(f))
@@ -104,6 +115,62 @@ impl BlockStore {
             .expect("created")
             .file
             .write_all_at(data, offset)
+    }
+
+    /// Writes as [`BlockStore::write`] does, for a stream of whole blocks
+    /// (a data server's direct writes): once a part holds
+    /// [`WRITEBACK_START`] bytes written this way since the last start,
+    /// their writing to the disk starts, without waiting for it, and the
+    /// pages of the range started before (on the disk by then) leave the
+    /// page cache. The disk then works while the bytes still arriving are
+    /// copied, the sync that follows a stream finds little left to write,
+    /// and the page cache does not grow by every byte streamed (a
+    /// growing page cache had slowed each later file: issue 14, the
+    /// twenty-fourth session in `bench/README.md`).
+    ///
+    /// Not when the store reads through the page cache
+    /// ([`BlockStore::set_direct_reads`]), which then keeps its pages.
+    /// Both are `POSIX_FADV_DONTNEED`: Linux starts the writeback of the
+    /// range's dirty pages and drops its clean ones, which the store never
+    /// reads again through the page cache (its reads are direct and the
+    /// server's own cache keeps blocks). Durability is unchanged: only a
+    /// sync makes bytes durable; the disk may take them earlier, as the
+    /// kernel's own writeback may.
+    pub fn write_streamed(&self, handle: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        let part = self.file(handle, true)?.expect("created");
+        part.file.write_all_at(data, offset)?;
+        if !self.direct.load(Ordering::Relaxed) {
+            // Reads go through the page cache (`--page-cache-reads`, or a
+            // file system without direct I/O): keep its pages.
+            return Ok(());
+        }
+        let start = {
+            let mut r = part.unstarted.lock();
+            let end = offset + data.len() as u64;
+            *r = if r.is_empty() {
+                offset..end
+            } else {
+                r.start.min(offset)..r.end.max(end)
+            };
+            if r.end - r.start >= WRITEBACK_START {
+                let now = std::mem::replace(&mut *r, 0..0);
+                let before = std::mem::replace(&mut *part.started.lock(), now.clone());
+                Some((before, now))
+            } else {
+                None
+            }
+        };
+        if let Some((before, r)) = start {
+            // The range started before is likely on the disk by now:
+            // its pages, clean, go. Advice only: a file system that takes
+            // none (tmpfs) loses nothing by it.
+            for r in [before, r] {
+                if let Some(len) = std::num::NonZeroU64::new(r.end.saturating_sub(r.start)) {
+                    let _ = rustix::fs::fadvise(&part.file, r.start, Some(len), rustix::fs::Advice::DontNeed);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reads up to `len` bytes at `offset`; short at the end, empty if absent.
@@ -377,6 +444,21 @@ mod tests {
         for h in [7, 3, 0x1_0000_0000] {
             s.remove(h).unwrap();
         }
+        // Streamed writes past the start of their writing to the disk
+        // (and the dropping of the range before) read back whole.
+        let piece: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 253) as u8).collect();
+        let n = 3 * WRITEBACK_START / piece.len() as u64 + 1;
+        for k in (0..n).rev() {
+            s.write_streamed(9, k * piece.len() as u64, &piece).unwrap();
+        }
+        for k in 0..n {
+            assert_eq!(
+                &s.read(9, k * piece.len() as u64, piece.len() as u64).unwrap()[..],
+                &piece[..],
+                "piece {k}"
+            );
+        }
+        s.remove(9).unwrap();
         // Every handle, even the extremes, stays inside objects/.
         assert!(s.path(u64::MAX).starts_with(d.join("objects")));
         assert_eq!(s.path(u64::MAX).file_name().unwrap(), "ffffffffffffffff");
