@@ -876,6 +876,96 @@ fn page_cache_settings_decide_which_opens_reach_the_mount() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// The kernel's pages of a file, resident now, in bytes (`fincore`).
+fn resident(path: &Path) -> u64 {
+    let (ok, out) = run(&format!("fincore --bytes --noheadings --output RES {}", path.display()));
+    assert!(ok, "{out}");
+    out.trim().parse().unwrap()
+}
+
+/// Under `page-cache=auto` (the default), the pages a program streams into
+/// a file through the page cache (an open for reading and writing) leave
+/// it behind the writer, while sizes, appends, reads through the same
+/// descriptor and `mmap` stay right; under `cached` they stay.
+#[test]
+fn a_streaming_writers_pages_are_dropped_behind_it_unless_cached() {
+    let (base, cluster) = up("dropbehind", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let mib = 1usize << 20;
+    let data = pattern(64 * mib, 5);
+    let stream = |name: &str| {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(a.p(name))
+            .unwrap();
+        for (k, piece) in data.chunks(mib).enumerate() {
+            f.write_all(piece).unwrap();
+            assert_eq!(
+                f.metadata().unwrap().len(),
+                ((k + 1) * mib) as u64,
+                "{name}: size after write {k}"
+            );
+        }
+        let kept = resident(&a.p(name));
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut got = Vec::new();
+        f.read_to_end(&mut got).unwrap();
+        assert!(got == data, "{name}: read back through the writer's descriptor");
+        let m = mapped(&a.p(name));
+        assert!(m == data, "{name}: read through mmap");
+        kept
+    };
+    let kept = stream("auto");
+    assert!(
+        kept <= 24 * mib as u64,
+        "auto: {kept} bytes of 64 MiB still in the page cache"
+    );
+    // A directory passes the setting to the files made in it.
+    std::fs::create_dir(a.p("c")).unwrap();
+    let (ok, out) = run(&format!(
+        "setfattr -n user.parcache.page-cache -v cached {}",
+        a.p("c").display()
+    ));
+    assert!(ok, "{out}");
+    let kept = stream("c/cached");
+    assert!(
+        kept >= 56 * mib as u64,
+        "cached: only {kept} bytes of 64 MiB in the page cache"
+    );
+    // Appends through a stream of 1 MiB writes land one after another.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(a.p("log"))
+        .unwrap();
+    for k in 0..40u8 {
+        f.write_all(&vec![k; mib]).unwrap();
+    }
+    drop(f);
+    let log = std::fs::read(a.p("log")).unwrap();
+    assert_eq!(log.len(), 40 * mib);
+    assert!(
+        (0..40).all(|k| log[k * mib] == k as u8 && log[(k + 1) * mib - 1] == k as u8),
+        "appends out of place"
+    );
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The whole file, read through a private read-only `mmap` (memmap2).
+fn mapped(path: &Path) -> Vec<u8> {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: nothing else writes the file while it is mapped.
+    #[allow(unsafe_code)]
+    let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    m.to_vec()
+}
+
 /// Writes `data` over the start of `path`, which keeps its length (no
 /// truncate, so the kernel's pages may stay).
 fn write_in_place(path: &Path, data: &[u8]) {

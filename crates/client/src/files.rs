@@ -252,6 +252,16 @@ impl Fs {
         })
     }
 
+    /// Whether the kernel's pages of a file this node knows may be dropped
+    /// behind a sequential writer (`PageCache::drops_behind`); false for
+    /// a file it does not know.
+    pub fn drops_behind(&self, handle: u64) -> bool {
+        self.files
+            .lock()
+            .get(&handle)
+            .is_some_and(|st| st.policies.page_cache.drops_behind())
+    }
+
     /// Carries out a plug-in's actions on a file, in order; `latest` is the
     /// file as the metadata server last showed it, updated as answers come.
     async fn run(&self, st: &FileState, handle: u64, acts: Vec<Action>, latest: &mut Attr) -> Result<()> {

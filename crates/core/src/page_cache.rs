@@ -44,6 +44,16 @@ impl PageCache {
     }
 }
 
+impl PageCache {
+    /// Whether the kernel's pages of a file may leave the page cache
+    /// behind a program that streams it in through the page cache (the
+    /// mount's drop-behind): under `auto` the mount decides, under
+    /// `cached` the pages stay until the plug-in says otherwise.
+    pub fn drops_behind(self) -> bool {
+        self == PageCache::Auto
+    }
+}
+
 impl FromStr for PageCache {
     type Err = PolicyError;
 

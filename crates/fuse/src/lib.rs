@@ -27,6 +27,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod drop_behind;
 mod leases;
 mod recorder;
 use leases::{KernelLeases, Ticket};
@@ -109,6 +110,8 @@ pub struct Mount {
     leases: Arc<KernelLeases>,
     /// Buffers of reads' answers, kept for the next reads.
     read_bufs: Arc<ReadBuffers>,
+    /// Sequential writers' streams, whose pages are dropped behind them.
+    drop_behind: Arc<drop_behind::DropBehind>,
 }
 
 /// Buffers of reads' answers, kept for the next reads: a fresh buffer for
@@ -182,6 +185,7 @@ impl Mount {
             created_in: Arc::new(Mutex::new(CreatedIn::default())),
             leases: Arc::new(KernelLeases::default()),
             read_bufs: Arc::default(),
+            drop_behind: Arc::default(),
         }
     }
 
@@ -844,6 +848,13 @@ impl Filesystem for Mount {
         let attr = self.attr_of(ino);
         let data = data.to_vec();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
+        let behind = if self.fs.drops_behind(ino) {
+            self.drop_behind
+                .wrote(ino, req.pid(), offset.max(0) as u64, data.len() as u64)
+        } else {
+            None
+        };
+        let leases = self.leases.clone();
         let run = if data.len() <= INLINE_MAX {
             Self::run
         } else {
@@ -863,7 +874,12 @@ impl Filesystem for Mount {
                             data.len() as u64,
                         );
                     }
-                    reply.written(data.len() as u32)
+                    reply.written(data.len() as u32);
+                    if let (Some((from, len)), Some(n)) = (behind, leases.notifier.get()) {
+                        // Clean pages well behind this write (the kernel
+                        // wrote them through to the mount long ago).
+                        let _ = n.inval_inode(ino, from as i64, len as i64);
+                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -893,7 +909,10 @@ impl Filesystem for Mount {
         let a = {
             let mut open = self.open.lock();
             match open.get_mut(&ino) {
-                Some(e) if e.1 <= 1 => open.remove(&ino).map(|(a, _)| a),
+                Some(e) if e.1 <= 1 => {
+                    self.drop_behind.forget(ino);
+                    open.remove(&ino).map(|(a, _)| a)
+                }
                 Some(e) => {
                     e.1 -= 1;
                     Some(e.0.clone())
