@@ -42,9 +42,7 @@ impl PageCache {
             PageCache::Cached => false,
         }
     }
-}
 
-impl PageCache {
     /// Whether the kernel's pages of a file may leave the page cache
     /// behind a program that streams it in through the page cache (the
     /// mount's drop-behind): under `auto` the mount decides, under

@@ -29,11 +29,10 @@ pub struct BlockStore {
 struct Part {
     file: File,
     direct: OnceLock<Option<File>>,
-    /// The bytes [`BlockStore::write_streamed`] wrote whose writing to the
-    /// disk it has not started (a range covering them; empty when none).
-    unstarted: Mutex<std::ops::Range<u64>>,
-    /// The range whose writing to the disk was started last.
-    started: Mutex<std::ops::Range<u64>>,
+    /// What [`BlockStore::write_streamed`] wrote: the bytes whose writing
+    /// to the disk it has not started (a range covering them; empty when
+    /// none), and the range it started last.
+    streamed: Mutex<(std::ops::Range<u64>, std::ops::Range<u64>)>,
 }
 
 /// Bytes of a part written by [`BlockStore::write_streamed`] after which
@@ -88,8 +87,7 @@ impl BlockStore {
         let f = Arc::new(Part {
             file: f,
             direct: OnceLock::new(),
-            unstarted: Mutex::new(0..0),
-            started: Mutex::new(0..0),
+            streamed: Mutex::new((0..0, 0..0)),
         });
         open.insert(handle, f.clone());
         Ok(Some(f))
@@ -145,17 +143,16 @@ impl BlockStore {
             return Ok(());
         }
         let start = {
-            let mut r = part.unstarted.lock();
+            let (unstarted, started) = &mut *part.streamed.lock();
             let end = offset + data.len() as u64;
-            *r = if r.is_empty() {
+            *unstarted = if unstarted.is_empty() {
                 offset..end
             } else {
-                r.start.min(offset)..r.end.max(end)
+                unstarted.start.min(offset)..unstarted.end.max(end)
             };
-            if r.end - r.start >= WRITEBACK_START {
-                let now = std::mem::replace(&mut *r, 0..0);
-                let before = std::mem::replace(&mut *part.started.lock(), now.clone());
-                Some((before, now))
+            if unstarted.end - unstarted.start >= WRITEBACK_START {
+                let now = std::mem::replace(unstarted, 0..0);
+                Some((std::mem::replace(started, now.clone()), now))
             } else {
                 None
             }
