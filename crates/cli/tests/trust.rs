@@ -346,10 +346,10 @@ async fn parts_no_file_owns_are_collected() {
     let f = fs.open(&keep, true).await.unwrap();
     let bytes: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
     fs.write_at(&f, 0, &bytes).await.unwrap();
+    // Durable at the metadata server too, so the kill below cannot lose
+    // /keep.
+    fs.fsync(&f).await.unwrap();
     fs.close(&f, true).await.unwrap();
-    // Past the metadata server's commit (every second), so the kill
-    // below cannot lose /keep.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
     lose_a_file(&c).await;
     let before = parts(&c);
     let (ok, out, err) = parcache(&["gc", "--data", c.d()]);
