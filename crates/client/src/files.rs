@@ -229,15 +229,15 @@ impl Fs {
     /// here, to `Keep` when the kernel's pages are current at the version
     /// the open validated ([`NodeFile::kernel_keeps`]), else `UntilOpen`.
     /// The file's `page-cache` setting may bypass it whatever the plug-in
-    /// says ([`parcache_core::PageCache::bypasses`]; `write_only`: an open for writing
-    /// only).
-    pub async fn kernel_cache(&self, a: &Attr, write_only: bool) -> Result<KernelCache> {
+    /// says ([`parcache_core::PageCache::bypasses`]; `writer`: an open for
+    /// writing that the kernel lets bypass it).
+    pub async fn kernel_cache(&self, a: &Attr, writer: bool) -> Result<KernelCache> {
         let st = self.state(a).await?;
         // A direct write drops the pages it changes from the kernel's
         // cache; a change of setting makes the node learn the file anew, so
         // the kernel's pages from before a bypass are dropped at the next
         // open that keeps pages (`kernel_keeps` starts false).
-        if st.policies.page_cache.bypasses(write_only) {
+        if st.policies.page_cache.bypasses(writer) {
             return Ok(KernelCache::Bypass);
         }
         Ok(match st.plugin.kernel_cache() {
@@ -250,16 +250,6 @@ impl Fs {
             }
             other => other,
         })
-    }
-
-    /// Whether the kernel's pages of a file this node knows may be dropped
-    /// behind a sequential writer (`PageCache::drops_behind`); false for
-    /// a file it does not know.
-    pub fn drops_behind(&self, handle: u64) -> bool {
-        self.files
-            .lock()
-            .get(&handle)
-            .is_some_and(|st| st.policies.page_cache.drops_behind())
     }
 
     /// Carries out a plug-in's actions on a file, in order; `latest` is the

@@ -19,9 +19,9 @@ use std::str::FromStr;
 /// The `page-cache` setting of a file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PageCache {
-    /// An open for writing only bypasses the page cache (nothing can be
-    /// read or mapped through it, and the kernel drops the pages a direct
-    /// write changes from its cache); every other open keeps pages as the
+    /// An open for writing bypasses the page cache (the kernel drops the
+    /// pages a direct write changes from its cache, and maps a direct open
+    /// through its page cache); an open for reading only keeps pages as the
     /// consistency plug-in says.
     #[default]
     Auto,
@@ -33,22 +33,14 @@ pub enum PageCache {
 }
 
 impl PageCache {
-    /// Whether an open (`write_only`: opened for writing only) bypasses
-    /// the page cache, whatever the plug-in says.
-    pub fn bypasses(self, write_only: bool) -> bool {
+    /// Whether an open (`writer`: opened for writing) bypasses the page
+    /// cache, whatever the plug-in says.
+    pub fn bypasses(self, writer: bool) -> bool {
         match self {
-            PageCache::Auto => write_only,
+            PageCache::Auto => writer,
             PageCache::Bypass => true,
             PageCache::Cached => false,
         }
-    }
-
-    /// Whether the kernel's pages of a file may leave the page cache
-    /// behind a program that streams it in through the page cache (the
-    /// mount's drop-behind): under `auto` the mount decides, under
-    /// `cached` the pages stay until the plug-in says otherwise.
-    pub fn drops_behind(self) -> bool {
-        self == PageCache::Auto
     }
 }
 
@@ -96,7 +88,7 @@ mod tests {
     }
 
     #[test]
-    fn auto_bypasses_only_opens_for_writing_only() {
+    fn auto_bypasses_only_opens_for_writing() {
         assert!(PageCache::Auto.bypasses(true));
         assert!(!PageCache::Auto.bypasses(false));
         assert!(PageCache::Bypass.bypasses(false) && PageCache::Bypass.bypasses(true));

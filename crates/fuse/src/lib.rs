@@ -27,7 +27,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-mod drop_behind;
 mod leases;
 mod recorder;
 use leases::{KernelLeases, Ticket};
@@ -110,8 +109,10 @@ pub struct Mount {
     leases: Arc<KernelLeases>,
     /// Buffers of reads' answers, kept for the next reads.
     read_bufs: Arc<ReadBuffers>,
-    /// Sequential writers' streams, whose pages are dropped behind them.
-    drop_behind: Arc<drop_behind::DropBehind>,
+    /// Whether the kernel maps files opened for direct I/O through its page
+    /// cache (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6): then opens for
+    /// reading and writing may bypass the page cache too.
+    direct_mmap: bool,
 }
 
 /// Buffers of reads' answers, kept for the next reads: a fresh buffer for
@@ -185,7 +186,7 @@ impl Mount {
             created_in: Arc::new(Mutex::new(CreatedIn::default())),
             leases: Arc::new(KernelLeases::default()),
             read_bufs: Arc::default(),
-            drop_behind: Arc::default(),
+            direct_mmap: false,
         }
     }
 
@@ -412,6 +413,12 @@ fn write_only(flags: i32) -> bool {
     flags & O_ACCMODE == O_WRONLY
 }
 
+/// `FUSE_DIRECT_IO_ALLOW_MMAP` (protocol 7.39; fuser has no name for it):
+/// the kernel maps a file opened for direct I/O through its page cache,
+/// shared writable mappings too, and drops the pages a direct write
+/// changes.
+const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+
 /// Notes one more open description of a file, with its newest attributes.
 fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
     let mut open = open.lock();
@@ -425,9 +432,10 @@ fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
 /// `posix`, `nfs`: every read and write must reach the node), dropped at an
 /// open that finds the file changed by another node (`close-to-open`,
 /// `session`), or kept across opens (`none`). The file's `page-cache`
-/// setting may bypass it besides: by default an open for writing only.
-async fn open_flags(fs: &Fs, a: &Attr, flags: i32) -> Result<u32, FsError> {
-    Ok(match fs.kernel_cache(a, write_only(flags)).await? {
+/// setting may bypass it besides: by default an open for writing (`writer`:
+/// see [`Mount::writer`]).
+async fn open_flags(fs: &Fs, a: &Attr, writer: bool) -> Result<u32, FsError> {
+    Ok(match fs.kernel_cache(a, writer).await? {
         KernelCache::Bypass => fuser::consts::FOPEN_DIRECT_IO,
         KernelCache::UntilOpen | KernelCache::UntilChanged => 0,
         KernelCache::Keep => fuser::consts::FOPEN_KEEP_CACHE,
@@ -440,6 +448,14 @@ fn name_of(name: &OsStr) -> Result<Vec<u8>, i32> {
 }
 
 impl Mount {
+    /// Whether an open (with `flags`) is one for writing that may bypass
+    /// the page cache: one for writing only, or for reading and writing
+    /// where the kernel can still map it ([`Mount::direct_mmap`]; without
+    /// that, a shared writable `mmap` of a direct open fails with `ENODEV`).
+    fn writer(&self, flags: i32) -> bool {
+        write_only(flags) || (writes(flags) && self.direct_mmap)
+    }
+
     /// The attributes of an open file, or from the metadata server.
     fn attr_of(&self, ino: u64) -> impl Future<Output = Result<Attr, FsError>> + Send + 'static {
         let known = self.open.lock().get(&ino).map(|(a, _)| a.clone());
@@ -465,6 +481,7 @@ impl Filesystem for Mount {
         for cap in [FUSE_PARALLEL_DIROPS, FUSE_ASYNC_DIO] {
             let _ = config.add_capabilities(cap);
         }
+        self.direct_mmap = config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
         Ok(())
     }
 
@@ -706,6 +723,7 @@ impl Filesystem for Mount {
         let open = self.open.clone();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         let leases = self.leases.clone();
+        let writer = self.writer(flags);
         self.run(async move {
             let r = async {
                 // The lookup just before answered what a getattr would
@@ -718,7 +736,7 @@ impl Filesystem for Mount {
                     None => fs.getattr_to_open(ino).await?,
                 };
                 let a = fs.open(&a, writes(flags)).await?;
-                let how = open_flags(&fs, &a, flags).await?;
+                let how = open_flags(&fs, &a, writer).await?;
                 Ok::<_, FsError>((a, how))
             };
             match r.await {
@@ -759,6 +777,7 @@ impl Filesystem for Mount {
         let generation = created_in.lock().generation;
         let (leases, t) = self.ticket();
         let adding = leases.adding(parent, &name);
+        let writer = self.writer(flags);
         self.run(async move {
             let _adding = adding;
             let entry = name.clone();
@@ -775,7 +794,7 @@ impl Filesystem for Mount {
                 }
                 let a = owned(&fs, a, uid, gid).await?;
                 let a = fs.open(&a, writes(flags)).await?;
-                let how = open_flags(&fs, &a, flags).await?;
+                let how = open_flags(&fs, &a, writer).await?;
                 Ok::<_, FsError>((a, how))
             };
             match r.await {
@@ -848,13 +867,6 @@ impl Filesystem for Mount {
         let attr = self.attr_of(ino);
         let data = data.to_vec();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
-        let behind = if self.fs.drops_behind(ino) {
-            self.drop_behind
-                .wrote(ino, req.pid(), offset.max(0) as u64, data.len() as u64)
-        } else {
-            None
-        };
-        let leases = self.leases.clone();
         let run = if data.len() <= INLINE_MAX {
             Self::run
         } else {
@@ -875,11 +887,6 @@ impl Filesystem for Mount {
                         );
                     }
                     reply.written(data.len() as u32);
-                    if let (Some((from, len)), Some(n)) = (behind, leases.notifier.get()) {
-                        // Clean pages well behind this write (the kernel
-                        // wrote them through to the mount long ago).
-                        let _ = n.inval_inode(ino, from as i64, len as i64);
-                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -909,10 +916,7 @@ impl Filesystem for Mount {
         let a = {
             let mut open = self.open.lock();
             match open.get_mut(&ino) {
-                Some(e) if e.1 <= 1 => {
-                    self.drop_behind.forget(ino);
-                    open.remove(&ino).map(|(a, _)| a)
-                }
+                Some(e) if e.1 <= 1 => open.remove(&ino).map(|(a, _)| a),
                 Some(e) => {
                     e.1 -= 1;
                     Some(e.0.clone())
