@@ -91,7 +91,8 @@ pub struct PathArgs {
 pub struct GcArgs {
     /// Only chunks and parts stored at least this many seconds ago
     /// (younger ones may belong to a write whose commit, or a file whose
-    /// create, is on its way).
+    /// create, is on its way), and files unlinked while open on a mount
+    /// gone at least this long.
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     older_than: u64,
     #[command(flatten)]
@@ -103,10 +104,16 @@ pub struct GcArgs {
 /// files, or by writes that crashed before their commit), and file parts
 /// whose file the metadata server does not know (left by a node that died
 /// between an unlink and removing the parts, or by files a metadata-server
-/// crash lost).
+/// crash lost). First it ends the files unlinked while open on a node that
+/// died (their parts are then of no file).
 pub fn gc(a: GcArgs) -> Result<()> {
     rt()?.block_on(async {
         let fs = a.target.connect().await?;
+        let ended = fs.drop_orphans(a.older_than).await?;
+        outln!(
+            "{ended} files unlinked while open on a node gone over {} s ago ended",
+            a.older_than
+        )?;
         let (seen, dropped) = fs.collect_chunks(a.older_than).await?;
         outln!(
             "{seen} chunks stored over {} s ago, {dropped} named by no recipe removed",

@@ -75,7 +75,8 @@ enum Command {
     Stat(fs::PathArgs),
     /// Remove what no file owns from the data servers: content-addressed chunks
     /// (store=cas) no recipe names, and parts of files the metadata server
-    /// does not know (left by a crash).
+    /// does not know (left by a crash), after ending the files unlinked
+    /// while open on a mount that died.
     Gc(fs::GcArgs),
     /// Set or show a file's or directory's policies.
     #[command(subcommand)]

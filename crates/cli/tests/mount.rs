@@ -2473,3 +2473,68 @@ fn random_reads_fetch_only_their_blocks_and_sequential_ones_read_ahead() {
     );
     finish(base, cluster, a, b);
 }
+
+/// A file unlinked while open on a node that is then killed (-9) stays at
+/// the metadata server until `parcache gc` finds its node gone for longer
+/// than `--older-than`; then it ends, and its parts go in the same run. A
+/// live node's such file stays, with its parts, until its last close.
+#[test]
+fn files_unlinked_while_open_on_a_dead_node_are_collected() {
+    let (base, cluster, a, b) = two_nodes("orphans", "2");
+    let d = cluster.0.to_str().unwrap();
+    let data = pattern(3 << 20, 7);
+    std::fs::write(a.p("dead"), &data).unwrap();
+    std::fs::write(b.p("live"), &data).unwrap();
+    let on_a = std::fs::File::open(a.p("dead")).unwrap();
+    let on_b = std::fs::File::open(b.p("live")).unwrap();
+    let (dead, live) = (on_a.metadata().unwrap().ino(), on_b.metadata().unwrap().ino());
+    std::fs::remove_file(a.p("dead")).unwrap();
+    std::fs::remove_file(b.p("live")).unwrap();
+    let has = |h: u64| common::parts_in(&cluster.0).contains(&h);
+    assert!(has(dead) && has(live), "both files' parts are there");
+    let gc = |older_than: &str| {
+        let (ok, out, err) = parcache(&["gc", "--data", d, "--older-than", older_than]);
+        assert!(ok, "{err}");
+        out
+    };
+    let out = gc("0");
+    assert!(
+        out.contains("0 files unlinked while open"),
+        "both nodes are there: {out}"
+    );
+    assert!(has(dead) && has(live), "a live node's parts went: {out}");
+
+    let mut a = a;
+    a.kill9();
+    drop(on_a);
+    let out = gc("3600");
+    assert!(out.contains("0 files unlinked while open"), "gone only now: {out}");
+    // The metadata server learns of the closed connection at once; a
+    // moment's grace for the kill to reach it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let out = gc("0");
+        if out.contains("1 files unlinked while open") || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(out.contains("1 files unlinked while open"), "{out}");
+    assert!(!has(dead), "the dead node's file kept its parts: {out}");
+    assert!(has(live), "the live node's file lost its parts: {out}");
+    let mut got = Vec::new();
+    let mut on_b = on_b;
+    on_b.read_to_end(&mut got).unwrap();
+    assert!(got == data, "the live node's open file reads on");
+    // Its last close ends it, as before.
+    drop(on_b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while has(live) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!has(live), "the live node's file outlived its last close");
+    b.unmount();
+    drop(a);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -318,21 +318,7 @@ async fn lose_a_file(c: &Cluster) -> String {
 
 /// The handles of the parts every data server of the cluster holds.
 fn parts(c: &Cluster) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut dirs = vec![c.dir.clone()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.parent().unwrap().ends_with("objects") {
-                let name = p.file_name().unwrap().to_str().unwrap();
-                out.push(u64::from_str_radix(name, 16).unwrap());
-            }
-        }
-    }
-    out.sort_unstable();
-    out
+    common::parts_in(&c.dir)
 }
 
 /// `parcache gc` removes the parts of a file the metadata server lost in

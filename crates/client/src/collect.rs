@@ -15,6 +15,18 @@ use parcache_proto::{Request, Response, LIST_PARTS_PAGE};
 const ASK_MAX: usize = 4096;
 
 impl Fs {
+    /// Ends the files unlinked while open on a node (a mount) whose
+    /// connection to the metadata server closed at least `older_than_secs`
+    /// ago and that has not been heard from since: the node died before
+    /// its last close of them. Their parts are then parts no file owns
+    /// ([`Fs::collect_parts`]). Returns how many ended.
+    pub async fn drop_orphans(&self, older_than_secs: u64) -> Result<u64> {
+        match self.md("collection", Request::DropOrphans { older_than_secs }).await? {
+            Response::Handles(h) => Ok(h.len() as u64),
+            other => Err(FsError::Protocol(format!("unexpected reply to DropOrphans: {other:?}"))),
+        }
+    }
+
     /// Removes, from every data server, the parts last written at least
     /// `older_than_secs` ago whose handle names no file at the metadata
     /// server (younger ones may belong to a create on its way). Returns

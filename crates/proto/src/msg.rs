@@ -585,6 +585,13 @@ pub enum Request {
     UnknownHandles {
         handles: Vec<Handle>,
     },
+    /// To the metadata server: end the files unlinked while open on a node
+    /// whose connection closed at least `older_than_secs` ago and that has
+    /// not been heard from since (`parcache_core::consistency::orphans`).
+    /// Answered `Handles`, those ended.
+    DropOrphans {
+        older_than_secs: u64,
+    },
     /// To a data server: write every dirty block of its cache down, then
     /// forget every block, as `sync; echo 3 > /proc/sys/vm/drop_caches`
     /// does for the kernel's page cache (`parcache drop-caches`): the next
@@ -778,7 +785,7 @@ pub enum Response {
         lens: Vec<u32>,
     },
     Hashes(Vec<ChunkHash>),
-    /// File handles (answers `ListParts` and `UnknownHandles`).
+    /// File handles (answers `ListParts`, `UnknownHandles` and `DropOrphans`).
     Handles(Vec<Handle>),
     /// A commit applied: the file's attributes after, and the chunks no
     /// recipe names any more (the next collection removes them).
@@ -980,6 +987,7 @@ impl Request {
                 | Hashes { .. }
                 | Unreferenced { .. }
                 | UnknownHandles { .. }
+                | DropOrphans { .. }
                 | Write { .. }
                 | WriteBuffered { .. }
                 | Read { .. }

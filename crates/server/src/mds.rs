@@ -20,14 +20,15 @@ use bytes::Bytes;
 use parcache_core::catalogue::{check_setting, parse_size};
 use parcache_core::consistency::capfs::{self, HOLE};
 use parcache_core::consistency::leases::Leases;
+use parcache_core::consistency::orphans::Orphans;
 use parcache_core::consistency::sprite::{Opening, Queued, SpriteServer};
 use parcache_core::consistency::Callback as CoreCallback;
 use parcache_core::cooperative::membership::Membership;
 use parcache_core::cooperative::n_chance::{Directory, Evicted};
 use parcache_core::cooperative::{CooperativeKind, Members, Source};
 use parcache_core::BlockKey;
-use parcache_core::Time;
 use parcache_core::{ConsistencyKind, FilePolicies, StoreKind};
+use parcache_core::{Span, Time};
 use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
     serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
@@ -1524,6 +1525,9 @@ struct MdsHandler(
     Mutex<Membership<(String, String, NodeStats)>>,
     Mutex<TierDirectory>,
     Mutex<Leases>,
+    /// Who keeps each file unlinked while open, to end those of a node
+    /// that died (`parcache gc`).
+    Mutex<Orphans>,
 );
 
 /// `n-chance`'s directory (1996 §4), the source of its random picks, and
@@ -1587,7 +1591,34 @@ impl MdsHandler {
             // creates in `mds-ops`).
             let grants = from.filter(|_| grants_lease(&req));
             let touched = touched(&req);
-            return self.leased_alone(from, grants, &touched, |m| m.op(req.clone())).await;
+            let orphan = match (&req, from) {
+                (
+                    Request::Unlink {
+                        parent,
+                        name,
+                        keep_open: true,
+                    },
+                    Some(node),
+                ) => Some((*parent, name, node)),
+                _ => None,
+            };
+            return self
+                .leased_alone(from, grants, &touched, |m| {
+                    let Some((parent, name, node)) = orphan else {
+                        return m.op(req.clone());
+                    };
+                    // The file this unlink may leave as the node's orphan,
+                    // as the store decides (its last name, a file).
+                    let before = m.read(|tx| lookup(tx, parent, name));
+                    let resp = m.op(req.clone())?;
+                    if let Ok(i) = before {
+                        if i.attr.kind == FileKind::File && i.attr.nlink <= 1 {
+                            self.6.lock().kept(i.attr.handle, node);
+                        }
+                    }
+                    Ok(resp)
+                })
+                .await;
         }
         match tokio::task::spawn_blocking(move || mds.op(req)).await {
             Ok(Ok(resp)) => resp,
@@ -1662,6 +1693,22 @@ impl MdsHandler {
                 Err(holders) => self.forget(holders).await,
             }
         }
+    }
+
+    /// Ends the orphans of nodes gone for at least `older_than_secs` (as
+    /// their own last close would: `Forget`); answers their handles.
+    async fn drop_orphans(&self, older_than_secs: u64) -> Response {
+        let abandoned = self.6.lock().abandoned(self.2.now(), Span::from_secs(older_than_secs));
+        let mut ended = Vec::new();
+        for handle in abandoned {
+            match self.op(None, Request::Forget { handle }).await {
+                Response::Attr(_) => ended.push(handle),
+                e @ Response::Error(_) => return e,
+                _ => {}
+            }
+            self.6.lock().ended(handle);
+        }
+        Response::Handles(ended)
     }
 
     /// The holds of nodes other than `from` on the directories a request
@@ -1872,6 +1919,7 @@ impl Handler for MdsHandler {
     /// connection lost), so its leases end and no change waits for it.
     fn disconnected(&self, node: u64) {
         self.5.lock().node_gone(node);
+        self.6.lock().node_gone(node, self.2.now());
         self.2.state.lock().forgets_gone(node);
         self.2.answered.notify_waiters();
     }
@@ -1882,6 +1930,9 @@ impl Handler for MdsHandler {
             Request::As { node, req } => (Some(node), *req),
             req => (None, req),
         };
+        if let Some(node) = from {
+            self.6.lock().node_seen(node);
+        }
         let resp = match req {
             Request::As { .. } => Response::error(ErrorCode::BadRequest, "a request made for a node inside another"),
             Request::Shutdown => {
@@ -2020,6 +2071,12 @@ impl Handler for MdsHandler {
                 ),
                 Some(node) => self.hold_dir(node, dir).await,
             },
+            Request::Forget { handle } => {
+                let r = self.op(from, req).await;
+                self.6.lock().ended(handle);
+                r
+            }
+            Request::DropOrphans { older_than_secs } => self.drop_orphans(older_than_secs).await,
             Request::GetXattr { handle, name } => {
                 return match self.0.get_xattr(handle, &name) {
                     Ok(v) => (Response::Data { len: v.len() as u64 }, Bytes::from(v)),
@@ -2295,6 +2352,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
             seen: Members::default(),
         }),
         Mutex::new(Leases::new()),
+        Mutex::new(Orphans::default()),
     ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());

@@ -116,6 +116,26 @@ impl Drop for Cluster {
     }
 }
 
+/// The handles of the parts the data servers of the cluster in `dir` hold
+/// (a part's file is named by its handle, in hexadecimal).
+pub fn parts_in(dir: &Path) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.parent().unwrap().ends_with("objects") {
+                let name = p.file_name().unwrap().to_str().unwrap();
+                out.push(u64::from_str_radix(name, 16).unwrap());
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// Whether `dir` is a mount point now.
 pub fn mounted(dir: &Path) -> bool {
     let dir = dir.canonicalize().unwrap();

@@ -39,6 +39,7 @@ pub mod for_2;
 pub mod leases;
 pub mod nfs;
 pub mod none;
+pub mod orphans;
 pub mod posix;
 pub mod rel_1;
 pub mod seq_1;
