@@ -449,7 +449,7 @@ async fn open_flags(fs: &Fs, a: &Attr, writer: bool, read_only: bool) -> Result<
 /// sends no `FLUSH` at a close(2) of this open. A close pushes what was
 /// written through its open (close-to-open); nothing can be written
 /// through an open for reading only, so its close need not wait for a
-/// round trip to the mount (one of the five a small file's read costs).
+/// round trip to the mount (every small file read back paid one).
 const FOPEN_NOFLUSH: u32 = 1 << 5;
 
 /// A name as the metadata server keeps it: its bytes.
