@@ -2576,3 +2576,60 @@ fn a_readers_close_pushes_nothing() {
     drop(rw);
     finish(base, cluster, a, b);
 }
+
+/// Who keeps each file unlinked while open outlives a `kill -9` and
+/// restart of the metadata server: a mount still there keeps its file
+/// (once heard from), and a mount killed before the restart loses its
+/// file to `parcache gc`, parts and all.
+#[test]
+fn files_unlinked_while_open_outlive_a_restart_of_the_metadata_server() {
+    let (base, cluster, a, b) = two_nodes("orphans-restart", "2");
+    let d = cluster.0.to_str().unwrap();
+    let data = pattern(2 << 20, 3);
+    std::fs::write(a.p("kept"), &data).unwrap();
+    std::fs::write(b.p("lost"), &data).unwrap();
+    let mut on_a = std::fs::File::open(a.p("kept")).unwrap();
+    let on_b = std::fs::File::open(b.p("lost")).unwrap();
+    let (kept, lost) = (on_a.metadata().unwrap().ino(), on_b.metadata().unwrap().ino());
+    std::fs::remove_file(a.p("kept")).unwrap();
+    std::fs::remove_file(b.p("lost")).unwrap();
+    // Durable at the metadata server (an fsync commits its changes).
+    std::fs::write(a.p("sync"), b"s").unwrap();
+    std::fs::File::open(a.p("sync")).unwrap().sync_all().unwrap();
+    let mut b = b;
+    b.kill9();
+    drop(on_b);
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
+    let mds_pid = info["pids"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+    Command::new("kill")
+        .args(["-9", &mds_pid.to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{mds_pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (ok, _, err) = parcache(&["up", "--data", d]);
+    assert!(ok, "restarting the metadata server: {err}");
+    // Mount a makes a request: it is heard from.
+    std::fs::write(a.p("after"), b"a").unwrap();
+    let has = |h: u64| common::parts_in(&cluster.0).contains(&h);
+    let (ok, out, err) = parcache(&["gc", "--data", d, "--older-than", "0"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("1 files unlinked while open"), "{out}");
+    assert!(!has(lost) && has(kept), "{out}");
+    let mut got = Vec::new();
+    on_a.read_to_end(&mut got).unwrap();
+    assert!(got == data, "the live mount's open file reads on");
+    drop(on_a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while has(kept) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!has(kept), "the live mount's file outlived its last close");
+    a.unmount();
+    drop(b);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -512,6 +512,19 @@ impl Tx<'_> {
         }
         Ok(out)
     }
+    /// Sets (`Some`) or removes (`None`) a key of the meta table.
+    fn set_meta(&self, key: &str, value: Option<u64>) -> R<()> {
+        let mut t = self.w().open_table(META).map_err(db_err)?;
+        let old = match value {
+            Some(v) => t.insert(key, v).map_err(db_err)?.map(|o| o.value()),
+            None => t.remove(key).map_err(db_err)?.map(|o| o.value()),
+        };
+        // Nothing to undo when the key was absent and stays so.
+        if old.is_some() || value.is_some() {
+            self.undo(Undo::Meta(key.to_string(), old));
+        }
+        Ok(())
+    }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
         let mut t = self.w().open_table(META).map_err(db_err)?;
         let old = t.get(key).map_err(db_err)?.map(|v| v.value());
@@ -864,6 +877,23 @@ impl Mds {
             .ok_or((ErrorCode::NoData, format!("no extended attribute '{name}'")))
     }
 
+    /// The orphans the store keeps, with the node that keeps each
+    /// ([`orphan_key`]).
+    fn orphans(&self) -> R<Vec<(Handle, u64)>> {
+        self.read(|tx| {
+            let t = tx.w().open_table(META).map_err(db_err)?;
+            let end = format!("{ORPHAN_PREFIX}\u{10ffff}");
+            let mut out = Vec::new();
+            for r in t.range(ORPHAN_PREFIX..end.as_str()).map_err(db_err)? {
+                let (k, node) = r.map_err(db_err)?;
+                if let Ok(h) = u64::from_str_radix(&k.value()[ORPHAN_PREFIX.len()..], 16) {
+                    out.push((h, node.value()));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// Makes every change made so far durable: commits the open
     /// transaction with an fsync. If that fails (a full disk), the changes
     /// since the last durable commit are lost, as in a crash, and the
@@ -1115,6 +1145,7 @@ impl Mds {
             Request::Forget { handle } => self.write(|tx| match tx.get(handle) {
                 Ok(i) if i.attr.nlink == 0 && i.attr.kind != FileKind::Dir => {
                     tx.delete(handle)?;
+                    tx.set_meta(&orphan_key(handle), None)?;
                     Ok(Response::Attr(i.attr))
                 }
                 _ => Ok(Response::Ok),
@@ -1613,6 +1644,9 @@ impl MdsHandler {
                     let resp = m.op(req.clone())?;
                     if let Ok(i) = before {
                         if i.attr.kind == FileKind::File && i.attr.nlink <= 1 {
+                            // Durable with the unlink (one transaction), so
+                            // a restart knows who keeps it.
+                            m.write(|tx| tx.set_meta(&orphan_key(i.attr.handle), Some(node)))?;
                             self.6.lock().kept(i.attr.handle, node);
                         }
                     }
@@ -2089,6 +2123,14 @@ impl Handler for MdsHandler {
     }
 }
 
+/// The meta table's key noting the node that keeps orphan `h` (fixed
+/// width, so the keys of all orphans are one range: [`Mds::orphans`]).
+fn orphan_key(h: Handle) -> String {
+    format!("{ORPHAN_PREFIX}{h:016x}")
+}
+
+const ORPHAN_PREFIX: &str = "orphan/";
+
 /// How long a callback poll waits before it is answered empty.
 const POLL_WAIT: Duration = Duration::from_secs(10);
 
@@ -2341,10 +2383,17 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     let stop = Arc::new(stop);
+    // The orphans kept before a restart: each node that keeps one counts
+    // as gone from now until it is heard from.
+    let sprite = Sprite::default();
+    let mut orphans = Orphans::default();
+    for (handle, node) in mds.orphans().map_err(|(_, e)| io::Error::other(e))? {
+        orphans.restored(handle, node, sprite.now());
+    }
     let handler = Arc::new(MdsHandler(
         mds.clone(),
         stop.clone(),
-        Sprite::default(),
+        sprite,
         Mutex::new(Membership::default()),
         Mutex::new(TierDirectory {
             dir: Directory::new(CooperativeKind::DEFAULT_N),
@@ -2352,7 +2401,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
             seen: Members::default(),
         }),
         Mutex::new(Leases::new()),
-        Mutex::new(Orphans::default()),
+        Mutex::new(orphans),
     ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());

@@ -7,9 +7,12 @@
 //!
 //! The metadata server notes which node keeps each orphan, when that node's
 //! connection closed, and when the node was heard from again (a node that
-//! reconnects keeps its orphans). An orphan whose node has been gone for
-//! longer than a collection asks (`parcache gc --older-than`) is abandoned:
-//! the collection ends it, and its parts are then parts no file owns.
+//! reconnects keeps its orphans). The store keeps who keeps each orphan,
+//! so after a restart of the metadata server every such node counts as
+//! gone until it is heard from again. An orphan whose node has been gone
+//! for longer than a collection asks (`parcache gc --older-than`) is
+//! abandoned: the collection ends it, and its parts are then parts no file
+//! owns.
 
 use crate::ids::{FileId, NodeId};
 use crate::time::{Span, Time};
@@ -28,6 +31,13 @@ impl Orphans {
     /// `node` unlinked `file` while it had it open.
     pub fn kept(&mut self, file: FileId, node: NodeId) {
         self.kept_by.insert(file, node);
+    }
+
+    /// `file` was kept by `node` before the metadata server restarted at
+    /// `now`: the node counts as gone from then until it is heard from.
+    pub fn restored(&mut self, file: FileId, node: NodeId, now: Time) {
+        self.kept_by.insert(file, node);
+        self.gone.entry(node).or_insert(now);
     }
 
     /// `file` ended (its node's last close, or a collection).
@@ -117,6 +127,16 @@ mod tests {
         o.node_gone(1, at(900));
         assert!(o.abandoned(at(950), Span::from_secs(60)).is_empty());
         assert_eq!(o.abandoned(at(960), Span::from_secs(60)), [10]);
+    }
+
+    #[test]
+    fn after_a_restart_each_keeper_is_gone_until_heard_from() {
+        let mut o = Orphans::default();
+        o.restored(10, 1, at(5));
+        o.restored(11, 2, at(5));
+        o.node_seen(1);
+        assert!(o.abandoned(at(6), Span::from_secs(60)).is_empty());
+        assert_eq!(o.abandoned(at(65), Span::from_secs(60)), [11]);
     }
 
     #[test]
