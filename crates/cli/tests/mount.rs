@@ -2539,44 +2539,6 @@ fn files_unlinked_while_open_on_a_dead_node_are_collected() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// A close of an open for reading only sends the mount nothing (the kernel
-/// is told `FOPEN_NOFLUSH`): under `write-back`, a reader's close on the
-/// node does not push what a writer's open there still holds, which the
-/// writer's own close then does (close-to-open). Written and read back
-/// through `O_RDONLY`, `O_WRONLY` and `O_RDWR` opens alike.
-#[test]
-fn a_readers_close_pushes_nothing() {
-    let (base, cluster, a, b) = two_nodes("noflush", "2");
-    let d = cluster.0.to_str().unwrap();
-    std::fs::write(a.p("f"), b"").unwrap();
-    let (ok, _, err) = parcache(&["policy", "set", "--data", d, "pc:/f", "write=write-back"]);
-    assert!(ok, "{err}");
-    let data = pattern(200 << 10, 9);
-    let mut w = std::fs::OpenOptions::new().write(true).open(a.p("f")).unwrap();
-    w.write_all(&data).unwrap();
-    for k in 0..3 {
-        let got = std::fs::read(a.p("f")).unwrap();
-        assert!(got == data, "read back on the writer's node, reader {k}");
-    }
-    let mut rw = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(a.p("f"))
-        .unwrap();
-    let mut got = Vec::new();
-    rw.read_to_end(&mut got).unwrap();
-    assert!(got == data, "read back through an O_RDWR open");
-    assert_eq!(
-        std::fs::metadata(b.p("f")).unwrap().len(),
-        0,
-        "the readers' closes pushed the writer's bytes"
-    );
-    drop(w);
-    assert!(std::fs::read(b.p("f")).unwrap() == data, "the writer's close pushed");
-    drop(rw);
-    finish(base, cluster, a, b);
-}
-
 /// Who keeps each file unlinked while open outlives a `kill -9` and
 /// restart of the metadata server: a mount still there keeps its file
 /// (once heard from), and a mount killed before the restart loses its
