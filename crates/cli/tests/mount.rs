@@ -890,7 +890,7 @@ fn resident(path: &Path) -> u64 {
 /// stay right, here and on another node; under `cached` the same stream
 /// reads back right too. (That `cached` keeps the pages is checked by
 /// `page_cache_settings_decide_which_opens_reach_the_mount`, from the reads
-/// that reach the mount. Counted here with `fincore`, it failed in 2 of 7
+/// that reach the mount. Counted here with `fincore`, it failed in 2 of 12
 /// runs of the whole program, the cause not found: `fincore` opens the
 /// file itself, and an open that finds the file's version moved drops its
 /// pages.)
