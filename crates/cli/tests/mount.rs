@@ -2524,17 +2524,8 @@ fn files_unlinked_while_open_on_a_dead_node_are_collected() {
     assert!(out.contains("1 files unlinked while open"), "{out}");
     assert!(!has(dead), "the dead node's file kept its parts: {out}");
     assert!(has(live), "the live node's file lost its parts: {out}");
-    let mut got = Vec::new();
-    let mut on_b = on_b;
-    on_b.read_to_end(&mut got).unwrap();
-    assert!(got == data, "the live node's open file reads on");
     // Its last close ends it, as before.
-    drop(on_b);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while has(live) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!has(live), "the live node's file outlived its last close");
+    read_on_then_close(on_b, &data, &cluster.0, live);
     b.unmount();
     drop(a);
     drop(cluster);
@@ -2552,7 +2543,7 @@ fn files_unlinked_while_open_outlive_a_restart_of_the_metadata_server() {
     let data = pattern(2 << 20, 3);
     std::fs::write(a.p("kept"), &data).unwrap();
     std::fs::write(b.p("lost"), &data).unwrap();
-    let mut on_a = std::fs::File::open(a.p("kept")).unwrap();
+    let on_a = std::fs::File::open(a.p("kept")).unwrap();
     let on_b = std::fs::File::open(b.p("lost")).unwrap();
     let (kept, lost) = (on_a.metadata().unwrap().ino(), on_b.metadata().unwrap().ino());
     std::fs::remove_file(a.p("kept")).unwrap();
@@ -2583,17 +2574,27 @@ fn files_unlinked_while_open_outlive_a_restart_of_the_metadata_server() {
     assert!(ok, "{err}");
     assert!(out.contains("1 files unlinked while open"), "{out}");
     assert!(!has(lost) && has(kept), "{out}");
-    let mut got = Vec::new();
-    on_a.read_to_end(&mut got).unwrap();
-    assert!(got == data, "the live mount's open file reads on");
-    drop(on_a);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while has(kept) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!has(kept), "the live mount's file outlived its last close");
+    read_on_then_close(on_a, &data, &cluster.0, kept);
     a.unmount();
     drop(b);
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A live mount's open file `f`, unlinked while open (its handle `h`):
+/// it reads on whole (`data`), and its last close ends it, its parts gone
+/// from the cluster in `dir` within 10 s.
+fn read_on_then_close(mut f: std::fs::File, data: &[u8], dir: &Path, h: u64) {
+    let mut got = Vec::new();
+    f.read_to_end(&mut got).unwrap();
+    assert!(got == data, "the live mount's open file reads on");
+    drop(f);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::parts_in(dir).contains(&h) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !common::parts_in(dir).contains(&h),
+        "the live mount's file outlived its last close"
+    );
 }
