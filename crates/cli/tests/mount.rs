@@ -2485,13 +2485,8 @@ fn files_unlinked_while_open_on_a_dead_node_are_collected() {
     let (base, cluster, a, b) = two_nodes("orphans", "2");
     let d = cluster.0.to_str().unwrap();
     let data = pattern(3 << 20, 7);
-    std::fs::write(a.p("dead"), &data).unwrap();
-    std::fs::write(b.p("live"), &data).unwrap();
-    let on_a = std::fs::File::open(a.p("dead")).unwrap();
-    let on_b = std::fs::File::open(b.p("live")).unwrap();
-    let (dead, live) = (on_a.metadata().unwrap().ino(), on_b.metadata().unwrap().ino());
-    std::fs::remove_file(a.p("dead")).unwrap();
-    std::fs::remove_file(b.p("live")).unwrap();
+    let (on_a, dead) = orphan_on(&a, "dead", &data);
+    let (on_b, live) = orphan_on(&b, "live", &data);
     let has = |h: u64| common::parts_in(&cluster.0).contains(&h);
     assert!(has(dead) && has(live), "both files' parts are there");
     let gc = |older_than: &str| {
@@ -2541,13 +2536,8 @@ fn files_unlinked_while_open_outlive_a_restart_of_the_metadata_server() {
     let (base, cluster, a, b) = two_nodes("orphans-restart", "2");
     let d = cluster.0.to_str().unwrap();
     let data = pattern(2 << 20, 3);
-    std::fs::write(a.p("kept"), &data).unwrap();
-    std::fs::write(b.p("lost"), &data).unwrap();
-    let on_a = std::fs::File::open(a.p("kept")).unwrap();
-    let on_b = std::fs::File::open(b.p("lost")).unwrap();
-    let (kept, lost) = (on_a.metadata().unwrap().ino(), on_b.metadata().unwrap().ino());
-    std::fs::remove_file(a.p("kept")).unwrap();
-    std::fs::remove_file(b.p("lost")).unwrap();
+    let (on_a, kept) = orphan_on(&a, "kept", &data);
+    let (on_b, lost) = orphan_on(&b, "lost", &data);
     // Durable at the metadata server (an fsync commits its changes).
     std::fs::write(a.p("sync"), b"s").unwrap();
     std::fs::File::open(a.p("sync")).unwrap().sync_all().unwrap();
@@ -2579,6 +2569,16 @@ fn files_unlinked_while_open_outlive_a_restart_of_the_metadata_server() {
     drop(b);
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// File `name` written on mount `m` with `data`, opened there and unlinked
+/// through it while open: the open file and its handle.
+fn orphan_on(m: &Mounted, name: &str, data: &[u8]) -> (std::fs::File, u64) {
+    std::fs::write(m.p(name), data).unwrap();
+    let f = std::fs::File::open(m.p(name)).unwrap();
+    let h = f.metadata().unwrap().ino();
+    std::fs::remove_file(m.p(name)).unwrap();
+    (f, h)
 }
 
 /// A live mount's open file `f`, unlinked while open (its handle `h`):
