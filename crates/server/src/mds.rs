@@ -1644,8 +1644,10 @@ impl MdsHandler {
                     let resp = m.op(req.clone())?;
                     if let Ok(i) = before {
                         if i.attr.kind == FileKind::File && i.attr.nlink <= 1 {
-                            // Durable with the unlink (one transaction), so
-                            // a restart knows who keeps it.
+                            // Noted in the store, so a restart knows who
+                            // keeps it: in the unlink's open transaction,
+                            // unless a durable commit came in between (a
+                            // crash then loses only this note).
                             m.write(|tx| tx.set_meta(&orphan_key(i.attr.handle), Some(node)))?;
                             self.6.lock().kept(i.attr.handle, node);
                         }
