@@ -2598,3 +2598,59 @@ fn read_on_then_close(mut f: std::fs::File, data: &[u8], dir: &Path, h: u64) {
         "the live mount's file outlived its last close"
     );
 }
+
+/// An open on the writer's node whose attributes were fetched just before
+/// another thread's close reported the node's writes shows every byte
+/// written before it began: it once took the answer from before the report
+/// for another node's change, dropped the node's blocks and adopted the
+/// old size, and reads returned wrong bytes. One thread appends and closes
+/// a duplicate of its descriptor after each append (a `close(2)`, which
+/// pushes and reports); two read the file whole, over and over.
+#[test]
+fn an_open_racing_a_close_on_the_same_node_sees_every_written_byte() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (base, cluster) = up("openrace", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let path = a.p("grows");
+    const PIECE: usize = 8 << 10;
+    let data = pattern(300 * PIECE, 17);
+    let written = AtomicUsize::new(0);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut w = std::fs::File::create(&path).unwrap();
+            for piece in data.chunks(PIECE) {
+                w.write_all(piece).unwrap();
+                written.fetch_add(piece.len(), Ordering::SeqCst);
+                drop(w.try_clone().unwrap());
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        for r in 0..2 {
+            let (path, data, written, done) = (&path, &data, &written, &done);
+            s.spawn(move || {
+                let mut reads = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let before = written.load(Ordering::SeqCst);
+                    let got = match std::fs::read(path) {
+                        Ok(g) => g,
+                        Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                        Err(e) => panic!("reader {r}: {e}"),
+                    };
+                    let wrong = got.iter().zip(data).position(|(x, y)| x != y);
+                    assert!(
+                        got.len() >= before && wrong.is_none(),
+                        "reader {r}, read {reads}: {} bytes, {before} written before its open, \
+                         first wrong byte at {wrong:?}",
+                        got.len()
+                    );
+                    reads += 1;
+                }
+            });
+        }
+    });
+    assert!(std::fs::read(&path).unwrap() == data);
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -320,6 +320,24 @@ impl NodeFile {
         }
     }
 
+    /// The newer of the server's answer `server` and the newest answer this
+    /// node has: an answer fetched before a report or truncate of this
+    /// node's was answered is stale. (An open whose attributes were fetched
+    /// just before another thread's `close` reported the node's writes
+    /// took such an answer as another node's change: it dropped the node's
+    /// blocks and adopted the size from before the report, and reads there
+    /// returned nothing.)
+    pub fn newest(&self, server: ServerView) -> ServerView {
+        if server.version < self.known_version {
+            ServerView {
+                size: self.known_size,
+                version: self.known_version,
+            }
+        } else {
+            server
+        }
+    }
+
     /// The file's size to show for the server's answer `server`: the size
     /// of the newest answer this node has (an older one was overtaken by a
     /// report or truncate of this node's), and at least what this node
@@ -327,11 +345,7 @@ impl NodeFile {
     /// answer was overtaken by another thread's `close` showed the size
     /// before the close's report, and the kernel cut the file to it.
     pub fn size_for(&self, server: ServerView) -> u64 {
-        let known = if server.version < self.known_version {
-            self.known_size
-        } else {
-            server.size
-        };
+        let known = self.newest(server).size;
         if self.unreported() {
             known.max(self.size)
         } else {
@@ -358,8 +372,9 @@ impl NodeFile {
     }
 
     /// The node's cached blocks were dropped: it now holds the file as the
-    /// server has it.
+    /// server has it (as the newest answer this node has shows it).
     pub fn adopt(&mut self, server: ServerView, now: Time) {
+        let server = self.newest(server);
         self.kernel = None;
         self.version = server.version;
         self.size = server.size;
@@ -543,8 +558,10 @@ pub trait Consistency: fmt::Debug + Send + Sync {
 /// validated it, push this node's own dirty blocks and size (they must not
 /// be lost or hidden), drop the cached blocks and take the server's
 /// version (Biswas et al. 1993 §2: "if it does not have the latest version,
-/// it removes the old file blocks").
+/// it removes the old file blocks"). A view older than the node's newest
+/// answer is not another node's change ([`NodeFile::newest`]).
 pub fn revalidate(file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
+    let server = file.newest(server);
     if close_to_open::at_open(file.version, server.version) == close_to_open::OpenAction::Drop {
         vec![Action::PushDirty, Action::ReportSize, Action::DropCached, Action::Adopt]
     } else {
@@ -625,6 +642,41 @@ mod tests {
         f.cached = false;
         assert!(!f.kernel_keeps() && !f.kernel_keeps(), "not cached: never kept");
         assert_eq!(close_to_open::CloseToOpen.kernel_cache(), KernelCache::UntilChanged);
+    }
+
+    /// An open's attributes fetched before this node's own report was
+    /// answered are stale: the open keeps the node's blocks and size
+    /// instead of taking them for another node's change and adopting the
+    /// size from before the report.
+    #[test]
+    fn an_answer_overtaken_by_the_nodes_own_report_is_not_a_change() {
+        let at = |size, version| ServerView { size, version };
+        let mut f = NodeFile::new(at(0, 1), Time::ZERO);
+        f.wrote(200);
+        f.reported(1, at(200, 2));
+        for p in [
+            ConsistencyKind::CloseToOpen,
+            ConsistencyKind::Session,
+            ConsistencyKind::NFS_DEFAULT,
+            ConsistencyKind::SyncWrite,
+        ] {
+            let mut g = f.clone();
+            let acts = p.build().post_open(&mut g, Time::ZERO, at(0, 1), true);
+            assert!(!acts.contains(&Action::DropCached), "{p}: {acts:?}");
+            assert_eq!((g.version, g.size_for(at(0, 1))), (2, 200), "{p}");
+        }
+        assert_eq!(f.newest(at(0, 1)), at(200, 2));
+        assert_eq!(f.newest(at(300, 3)), at(300, 3), "a newer answer stands");
+        f.adopt(at(0, 1), Time::ZERO);
+        assert_eq!(
+            (f.size, f.version, f.known_version),
+            (200, 2, 2),
+            "never adopts an older view"
+        );
+        // Another node's change between (version 3) is still one.
+        f.learned(at(250, 4));
+        let acts = revalidate(&mut f, Time::ZERO, at(200, 2));
+        assert_eq!(acts.last(), Some(&Action::Adopt), "{acts:?}");
     }
 
     #[test]
