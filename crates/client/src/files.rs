@@ -34,6 +34,12 @@ pub(crate) struct FileState {
     /// after it, and a read begun before a truncate cannot put the old bytes
     /// back in the cache.
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// Held while a size report of the file is on its way: two closes at
+    /// once (a descriptor and its duplicate) report one after the other,
+    /// the second only what the first did not cover. (Both sent at once
+    /// with a small file's content, the metadata server took the second
+    /// for a change made from a stale version and dropped the content.)
+    reporting: Arc<tokio::sync::Mutex<()>>,
     /// Unlinked (its last name) while open here: the metadata server keeps
     /// it until the last open here ends.
     orphan: bool,
@@ -176,6 +182,7 @@ impl Fs {
             pool,
             file: NodeFile::new(view(a), self.now()),
             gate: Arc::new(tokio::sync::RwLock::new(())),
+            reporting: Arc::default(),
             orphan: false,
         };
         Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
@@ -660,6 +667,10 @@ impl Fs {
     /// Tells the metadata server the size this node wrote the file to, if
     /// a report is due; the file's attributes after.
     pub(crate) async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
+        let Some(reporting) = self.files.lock().get(&handle).map(|s| s.reporting.clone()) else {
+            return Ok(None);
+        };
+        let _one = reporting.lock().await;
         let (size, upto, old) = match self.files.lock().get(&handle) {
             Some(s) if s.file.unreported() => (s.file.size, s.file.writes, s.file.known_size),
             _ => return Ok(None),
