@@ -2703,3 +2703,64 @@ fn a_small_file_written_while_a_duplicate_closes_keeps_its_copy() {
     }
     finish(base, cluster, a, b);
 }
+
+/// A close of an open for reading only sends the mount nothing (the kernel
+/// is told `FOPEN_NOFLUSH`): under `write-back`, readers' closes on the
+/// writer's node do not push what the writer's open there still holds;
+/// the writer's own close then does (close-to-open). The writer is a
+/// shell that writes with builtins and waits: in this test program, whose
+/// other threads fork, each child's exec closes a duplicate of every
+/// descriptor the program holds, and such a close pushes as any does.
+#[test]
+fn a_readers_close_pushes_nothing() {
+    let (base, cluster, a, b) = two_nodes("noflush", "2");
+    let d = cluster.0.to_str().unwrap();
+    std::fs::write(a.p("f"), b"").unwrap();
+    let (ok, _, err) = parcache(&["policy", "set", "--data", d, "pc:/f", "write=write-back"]);
+    assert!(ok, "{err}");
+    let piece: String = (0..256).map(|i| format!("{:015x}\n", i * 7919)).collect();
+    let data = piece.repeat(50).into_bytes();
+    let mut writer = Command::new("sh")
+        .args([
+            "-c",
+            r#"exec 1>>"$1"; i=0; while [ $i -lt 50 ]; do printf %s "$2"; i=$((i+1)); done; read x || :"#,
+            "sh",
+        ])
+        .arg(a.p("f"))
+        .arg(&piece)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(a.p("f")).unwrap().len() < data.len() as u64 {
+        assert!(Instant::now() < deadline, "the writer did not write");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for k in 0..3 {
+        let got = std::fs::read(a.p("f")).unwrap();
+        assert!(got == data, "read back on the writer's node, reader {k}");
+    }
+    assert_eq!(
+        std::fs::metadata(b.p("f")).unwrap().len(),
+        0,
+        "the readers' closes pushed the writer's bytes"
+    );
+    drop(writer.stdin.take());
+    assert!(writer.wait().unwrap().success());
+    assert!(std::fs::read(b.p("f")).unwrap() == data, "the writer's close pushed");
+    let mut rw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.p("f"))
+        .unwrap();
+    let mut got = Vec::new();
+    rw.read_to_end(&mut got).unwrap();
+    assert!(got == data, "read back through an O_RDWR open");
+    rw.write_all(b"tail").unwrap();
+    drop(rw);
+    assert!(
+        std::fs::read(b.p("f")).unwrap().ends_with(b"tail"),
+        "the O_RDWR close pushed"
+    );
+    finish(base, cluster, a, b);
+}
