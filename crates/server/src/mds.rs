@@ -2568,6 +2568,8 @@ mod tests {
         .unwrap();
         let left = m.read(|tx| tx.tx.open_table(SMALL).map_err(db_err)?.len().map_err(db_err));
         assert_eq!(left.unwrap(), 0, "the copy outlived its file");
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
     /// A new file is at its first version; a truncate moves it on even to

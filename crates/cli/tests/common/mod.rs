@@ -233,6 +233,9 @@ impl Drop for Mounted {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The mount point, if it is empty now (the cooperative tests'
+        // points sit beside the cluster's directory, outside it).
+        let _ = std::fs::remove_dir(&self.at);
     }
 }
 
