@@ -326,7 +326,7 @@ impl NodeFile {
     /// just before another thread's `close` reported the node's writes
     /// took such an answer as another node's change: it dropped the node's
     /// blocks and adopted the size from before the report, and reads there
-    /// returned nothing.)
+    /// returned wrong bytes or none.)
     pub fn newest(&self, server: ServerView) -> ServerView {
         if server.version < self.known_version {
             ServerView {
