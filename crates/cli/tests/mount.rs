@@ -32,6 +32,19 @@ fn two_nodes(tag: &str, iods: &str) -> (PathBuf, Cluster, Mounted, Mounted) {
     (base, cluster, a, b)
 }
 
+/// The process ids of the cluster in `dir` (its `cluster.json`): the data
+/// servers', then the metadata server's.
+fn cluster_pids(dir: &Path) -> Vec<u64> {
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap();
+    info["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect()
+}
+
 /// Unmounts both nodes as a user would, stops the cluster, removes it all.
 fn finish(base: PathBuf, cluster: Cluster, a: Mounted, b: Mounted) {
     a.unmount();
@@ -1853,12 +1866,7 @@ fn mounts_survive_a_metadata_server_restart_and_dead_mounts_are_cleared() {
     std::fs::File::open(a.p("f")).unwrap().sync_all().unwrap();
     let info: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    let pids: Vec<u64> = info["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let pids = cluster_pids(&cluster.0);
     let mds_pid = *pids.last().unwrap();
     Command::new("kill")
         .args(["-9", &mds_pid.to_string()])
@@ -1951,9 +1959,7 @@ fn mounts_survive_a_metadata_server_restart_and_dead_mounts_are_cleared() {
         .args(["-9", &rec.file_name().into_string().unwrap()])
         .status()
         .unwrap();
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    for p in info["pids"].as_array().unwrap() {
+    for p in cluster_pids(&cluster.0) {
         Command::new("kill").args(["-9", &p.to_string()]).status().unwrap();
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -2070,9 +2076,7 @@ fn stat_while_stopped(mds_pid: u64, path: &Path, budget: Duration) -> Option<std
 fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
     let (base, cluster, a, b) = two_nodes("leases", "2");
     let d = cluster.0.to_str().unwrap();
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    let mds_pid = info["pids"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
     std::fs::write(a.p("f"), b"one").unwrap();
     let m = stat_while_stopped(mds_pid, &a.p("f"), Duration::from_millis(500))
         .expect("a stat of a leased file needs no request to the metadata server");
@@ -2175,14 +2179,7 @@ fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec
 #[test]
 fn a_small_file_is_read_on_another_node_with_its_data_servers_stopped() {
     let (base, cluster, a, b) = two_nodes("small-copy", "2");
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    let pids: Vec<u64> = info["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let pids = cluster_pids(&cluster.0);
     let iods = &pids[..pids.len() - 1];
     let small: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
     let large = vec![7u8; 16 << 10];
@@ -2267,9 +2264,7 @@ fn a_directorys_names_known_under_a_lease_miss_no_other_nodes_name() {
 #[test]
 fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
     let (base, cluster, a, b) = two_nodes("unlink-behind", "2");
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    let mds_pid = info["pids"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
     std::fs::create_dir(a.p("d")).unwrap();
     for i in 0..40 {
         std::fs::write(a.p(&format!("d/f{i}")), vec![i as u8; 100 * i]).unwrap();
@@ -2544,9 +2539,7 @@ fn files_unlinked_while_open_outlive_a_restart_of_the_metadata_server() {
     let mut b = b;
     b.kill9();
     drop(on_b);
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    let mds_pid = info["pids"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
     Command::new("kill")
         .args(["-9", &mds_pid.to_string()])
         .status()
@@ -2665,14 +2658,7 @@ fn an_open_racing_a_close_on_the_same_node_sees_every_written_byte() {
 fn a_small_file_written_while_a_duplicate_closes_keeps_its_copy() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let (base, cluster, a, b) = two_nodes("small-dup", "2");
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cluster.0.join("cluster.json")).unwrap()).unwrap();
-    let pids: Vec<u64> = info["pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let pids = cluster_pids(&cluster.0);
     const FILES: usize = 100;
     let content = |k: usize| pattern(8 << 10, k as u64);
     for k in 0..FILES {
