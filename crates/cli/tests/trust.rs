@@ -701,3 +701,64 @@ async fn errors_say_what_is_wrong() {
     assert!(!ok && err.contains("is stopped"), "{err}");
     let _ = Path::new(c.d());
 }
+
+/// A node's size report answered by a metadata server that was then
+/// killed before its durable commit is lost with the crash, and the
+/// version the answer gave may be given again after the restart, to
+/// another node's change. The first node, holding the file's blocks as
+/// current at that version, must not take the other node's change for its
+/// own: it read its own old bytes (the versions given after a restart now
+/// start past every version given before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_lost_in_a_crash_does_not_hide_another_nodes_change() {
+    const LEN: usize = 256 << 10;
+    let c = Cluster::up("trust-versions", 2);
+    for round in 0..5 {
+        let name = format!("/f{round}");
+        let a = c.fs().await;
+        let f = a.create(&name, 0o644, true).await.unwrap();
+        let f = a.open(&f, true).await.unwrap();
+        a.write_at(&f, 0, &vec![b'A'; LEN]).await.unwrap();
+        a.fsync(&f).await.unwrap();
+        a.close(&f, true).await.unwrap();
+        // This node's change, answered and cached here; then the crash.
+        let f = a.open(&a.resolve(&name).await.unwrap(), true).await.unwrap();
+        a.write_at(&f, 0, &vec![b'a'; 2 * LEN]).await.unwrap();
+        a.close(&f, true).await.unwrap();
+        let mds = c
+            .pids()
+            .into_iter()
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .unwrap_or_default()
+                    .split(|&b| b == 0)
+                    .any(|w| w == b"mds")
+            })
+            .expect("the metadata server's pid");
+        c.kill9(mds);
+        let (ok, _, err) = parcache(&["up", "--data", c.d()]);
+        assert!(ok, "restarting the metadata server: {err}");
+        let b = c.fs().await;
+        let at_b = b.resolve(&name).await.unwrap();
+        if at_b.size != LEN as u64 {
+            // The commit came before the kill: the report was not lost.
+            continue;
+        }
+        // Another node's change after the restart.
+        let g = b.open(&at_b, true).await.unwrap();
+        b.write_at(&g, 0, &vec![b'B'; 2 * LEN]).await.unwrap();
+        b.close(&g, true).await.unwrap();
+        // The first node opens the file again (close-to-open).
+        let f = a.open(&a.resolve(&name).await.unwrap(), false).await.unwrap();
+        let got = a.read_at(&f, 0, 2 * LEN as u64).await.unwrap();
+        a.close(&f, false).await.unwrap();
+        assert_eq!(got.len(), 2 * LEN);
+        let stale = got.iter().filter(|&&x| x != b'B').count();
+        assert_eq!(
+            stale, 0,
+            "the first node read {stale} bytes of its own lost change, not the other node's"
+        );
+        return;
+    }
+    panic!("a kill never came before the metadata server's commit");
+}

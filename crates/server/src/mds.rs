@@ -96,6 +96,16 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 /// handle would show the lost file's bytes in its holes.
 const HANDLE_RESERVE: u64 = 4096;
 
+/// Versions given while the store is open at incarnation `n` start at
+/// `n << VERSION_SHIFT` ([`Tx::next_version`]).
+const VERSION_SHIFT: u32 = 40;
+
+/// Incarnations are reserved this many at a time, durably, when the
+/// server starts (`incarnations` in the meta table: the first not
+/// reserved); the store opened again after a failed commit takes the next
+/// one without a durable write.
+const INCARNATION_RESERVE: u64 = 16;
+
 /// The file in the metadata server's directory that holds the first handle
 /// not yet reserved.
 const HANDLES_RESERVED: &str = "handles-reserved";
@@ -225,12 +235,12 @@ fn check_store_and_consistency(tx: &Tx, i: &Inode, key: &str, value: &str) -> R<
 /// A node changed the file's content up to `size`: it grows to that size
 /// if shorter, its times move and its version is bumped (what
 /// close-to-open's revalidation compares).
-fn changed(i: &mut Inode, size: u64) {
+fn changed(tx: &Tx, i: &mut Inode, size: u64) {
     let t = now();
     i.attr.size = i.attr.size.max(size);
     i.attr.mtime = t;
     i.attr.ctime = t;
-    i.attr.version += 1;
+    i.attr.version = tx.next_version(i.attr.version);
 }
 
 /// The inode of a regular file.
@@ -269,6 +279,12 @@ struct Mds {
     one_op: parking_lot::Mutex<()>,
     /// The first handle not reserved ([`HANDLE_RESERVE`]).
     reserved: AtomicU64,
+    /// The store's incarnation: moved on each time it is opened, at the
+    /// state of its last durable commit. Versions given since start past
+    /// every version given before ([`Tx::next_version`]).
+    incarnation: AtomicU64,
+    /// The first incarnation not reserved durably ([`INCARNATION_RESERVE`]).
+    incarnations: AtomicU64,
 }
 
 /// A request's view of the open transaction, with the values its changes
@@ -276,6 +292,8 @@ struct Mds {
 struct Tx<'a> {
     tx: &'a redb::WriteTransaction,
     undo: std::cell::RefCell<Vec<Undo>>,
+    /// The least version a change may give ([`Mds::incarnation`]).
+    floor: u64,
 }
 
 /// A key a request changed and what it held before (`None`: absent).
@@ -314,6 +332,15 @@ fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, n
 }
 
 impl Tx<'_> {
+    /// The version a change moves a file or directory at `v` to: past
+    /// every version given before the store was last opened, since a crash
+    /// (or a failed commit) takes versions back to the last durable commit
+    /// while nodes may hold answers given after it. Counting on from there
+    /// gave another node's change a version a node had already seen its
+    /// own lost change at, and it kept its stale blocks.
+    fn next_version(&self, v: u64) -> u64 {
+        (v + 1).max(self.floor)
+    }
     fn w(&self) -> &redb::WriteTransaction {
         self.tx
     }
@@ -544,7 +571,7 @@ impl Tx<'_> {
         let t = now();
         dir.attr.mtime = t;
         dir.attr.ctime = t;
-        dir.attr.version += 1;
+        dir.attr.version = self.next_version(dir.attr.version);
         dir.attr.nlink = (dir.attr.nlink as i64 + nlink_delta as i64).max(0) as u32;
         self.put(dir)
     }
@@ -633,6 +660,8 @@ impl Mds {
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
             reserved: AtomicU64::new(reserved_handles(&cfg.data_dir)?),
+            incarnation: AtomicU64::new(0),
+            incarnations: AtomicU64::new(0),
             open: parking_lot::Mutex::new(None),
             changed: parking_lot::Mutex::new(Vec::new()),
             one_op: parking_lot::Mutex::new(()),
@@ -672,6 +701,20 @@ impl Mds {
                 })?;
                 tx.counter("next_handle", ROOT + 1)?;
             }
+            // A new incarnation, and the next few reserved, made durable
+            // below before any request is served.
+            let first_free = tx
+                .w()
+                .open_table(META)
+                .map_err(db_err)?
+                .get("incarnations")
+                .map_err(db_err)?
+                .map(|v| v.value());
+            let incarnation = first_free.unwrap_or(0).max(1);
+            tx.set_meta("incarnations", Some(incarnation + INCARNATION_RESERVE))?;
+            mds.incarnation.store(incarnation, Ordering::SeqCst);
+            mds.incarnations
+                .store(incarnation + INCARNATION_RESERVE, Ordering::SeqCst);
             Ok(Response::Ok)
         })
         .map_err(|(_, m)| io::Error::other(m))?;
@@ -696,6 +739,7 @@ impl Mds {
         let tx = Tx {
             tx: open.as_ref().expect("opened above"),
             undo: Default::default(),
+            floor: self.incarnation.load(Ordering::SeqCst) << VERSION_SHIFT,
         };
         let r = f(&tx);
         let changed = !tx.undo.borrow().is_empty();
@@ -741,6 +785,7 @@ impl Mds {
         let again = Database::create(self.dir.join("meta.redb")).map_err(db_err)?;
         let tx = again.begin_write().map_err(db_err)?;
         self.skip_reserved(&tx)?;
+        self.next_incarnation(&tx)?;
         *db = Some(again);
         tracing::info!("metadata store: open again, at its last durable commit");
         Ok(tx)
@@ -761,6 +806,27 @@ impl Mds {
             t.insert("next_handle", reserved).map_err(db_err)?;
             self.unsynced.store(true, Ordering::SeqCst);
         }
+        Ok(())
+    }
+
+    /// The store was opened again at its last durable commit: versions
+    /// given from now on start past those given before ([`Tx::next_version`]).
+    /// The incarnation is one reserved when the server started; past
+    /// those, the reservation moves on with the next durable commit, and
+    /// the durable record never falls behind the incarnations used.
+    fn next_incarnation(&self, tx: &redb::WriteTransaction) -> R<()> {
+        let incarnation = self.incarnation.fetch_add(1, Ordering::SeqCst) + 1;
+        let reserved = self
+            .incarnations
+            .fetch_max(incarnation + 1, Ordering::SeqCst)
+            .max(incarnation + 1);
+        let mut t = tx.open_table(META).map_err(db_err)?;
+        let durable = t.get("incarnations").map_err(db_err)?.map(|v| v.value());
+        if durable.is_none_or(|d| d < reserved) {
+            t.insert("incarnations", reserved).map_err(db_err)?;
+            self.unsynced.store(true, Ordering::SeqCst);
+        }
+        tracing::info!("metadata store: versions given from now on start at incarnation {incarnation}");
         Ok(())
     }
 
@@ -861,7 +927,7 @@ impl Mds {
                     && i.attr.size <= size
                     && FilePolicies::from_settings(&i.policies).store == StoreKind::Blocks
             });
-            changed(&mut i, size);
+            changed(tx, &mut i, size);
             tx.put(&i)?;
             tx.set_small(handle, keep.map(|(_, content)| (i.attr.version, content)))?;
             Ok(Response::Attr(i.attr))
@@ -1015,7 +1081,7 @@ impl Mds {
             Request::GetAttr { handle } => self.read(|tx| Ok(Response::Attr(tx.get(handle)?.attr))),
             Request::SetAttr { handle, set } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
-                apply_setattr(&mut i, set)?;
+                apply_setattr(tx, &mut i, set)?;
                 tx.put(&i)?;
                 Ok(Response::Attr(i.attr))
             }),
@@ -1240,7 +1306,7 @@ impl Mds {
                     with.policies.retain(|(k, _)| *k != key);
                     with.policies.push((key.clone(), value.clone()));
                     i.attr.layout = self.layout(tx, &with.policies)?;
-                    i.attr.version += 1;
+                    i.attr.version = tx.next_version(i.attr.version);
                 }
                 i.policies.retain(|(k, _)| *k != key);
                 i.inherited.retain(|k| *k != key);
@@ -1367,7 +1433,7 @@ impl Mds {
                 let (named, unnamed) = capfs::references(&current, &changes);
                 tx.set_recipe_at(handle, changes.iter().map(|&(i, _, new)| (i, new)))?;
                 let released = tx.refs(&named, &unnamed)?;
-                changed(&mut i, size);
+                changed(tx, &mut i, size);
                 tx.put(&i)?;
                 Ok(Response::Committed { attr: i.attr, released })
             }),
@@ -1508,7 +1574,7 @@ impl Mds {
     }
 }
 
-fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
+fn apply_setattr(tx: &Tx, i: &mut Inode, set: SetAttr) -> R<()> {
     let t = now();
     if let Some(m) = set.mode {
         i.attr.mode = m & 0o7777;
@@ -1533,7 +1599,7 @@ fn apply_setattr(i: &mut Inode, set: SetAttr) -> R<()> {
         // Even to the same size: the node cut or made the file's parts
         // at the data servers, and a file still at its first version has
         // none (its removal sends them nothing).
-        i.attr.version += 1;
+        i.attr.version = tx.next_version(i.attr.version);
     }
     if let Some(a) = set.atime {
         i.attr.atime = a;
@@ -2479,10 +2545,11 @@ mod tests {
         let (a, b) = (create(&m, "a"), create(&m, "b"));
         let (_, v0) = size_of(&m, a);
         m.op(Request::Written { handle: a, size: 4096 }).unwrap();
-        assert_eq!(size_of(&m, a), (4096, v0 + 1));
+        let (size, v1) = size_of(&m, a);
+        assert!(size == 4096 && v1 > v0, "{size} at version {v1} after {v0}");
         // A shorter report does not shrink the file.
         m.op(Request::Written { handle: a, size: 100 }).unwrap();
-        assert_eq!(size_of(&m, a), (4096, v0 + 2));
+        assert_eq!(size_of(&m, a), (4096, v1 + 1));
         // A truncate after the reports wins over them, now and once stored.
         let set = SetAttr {
             size: Some(10),
@@ -2494,7 +2561,8 @@ mod tests {
         m.op(Request::Sync).unwrap();
         m.op(Request::Written { handle: b, size: 9000 }).unwrap();
         let c = create(&m, "c");
-        assert_eq!(size_of(&m, b).0, 9000);
+        let (size, lost) = size_of(&m, b);
+        assert_eq!(size, 9000);
         // Dropped without a sync: what came after the last one is lost.
         drop(m);
         let m = Mds::open(&cfg).unwrap();
@@ -2502,6 +2570,10 @@ mod tests {
         assert_eq!(size_of(&m, b).0, 8192);
         assert!(m.op(Request::GetAttr { handle: c }).is_err());
         m.op(Request::Written { handle: b, size: 9000 }).unwrap();
+        // A node may hold the lost change's answer: the same change made
+        // again is at a version past it.
+        let (_, again) = size_of(&m, b);
+        assert!(again > lost, "version {lost} lost in the crash given again ({again})");
         m.op(Request::Sync).unwrap();
         drop(m);
         let m = Mds::open(&cfg).unwrap();
@@ -2535,18 +2607,19 @@ mod tests {
         assert_eq!(content_of(&m, "a"), None, "an empty file");
         // Another node's report came first: the base is old.
         m.op(Request::Written { handle: a, size: 2 }).unwrap();
+        let (_, v1) = size_of(&m, a);
         m.written(a, 3, Some((v0, b"abc"))).unwrap();
-        assert_eq!(size_of(&m, a), (3, v0 + 2));
+        assert_eq!(size_of(&m, a), (3, v1 + 1));
         assert_eq!(content_of(&m, "a"), None, "kept from stale blocks");
-        m.written(a, 3, Some((v0 + 2, b"xyz"))).unwrap();
+        m.written(a, 3, Some((v1 + 1, b"xyz"))).unwrap();
         assert_eq!(content_of(&m, "a"), Some(b"xyz".to_vec()));
         // Content that is not the size is refused, and changes nothing.
-        assert!(m.written(a, 4, Some((v0 + 3, b"xyz"))).is_err());
-        assert_eq!(size_of(&m, a), (3, v0 + 3));
+        assert!(m.written(a, 4, Some((v1 + 2, b"xyz"))).is_err());
+        assert_eq!(size_of(&m, a), (3, v1 + 2));
         // Shorter than the file: not the whole content.
-        m.written(a, 2, Some((v0 + 3, b"xy"))).unwrap();
+        m.written(a, 2, Some((v1 + 2, b"xy"))).unwrap();
         assert_eq!(content_of(&m, "a"), None, "kept a copy shorter than the file");
-        m.written(a, 3, Some((v0 + 4, b"123"))).unwrap();
+        m.written(a, 3, Some((v1 + 3, b"123"))).unwrap();
         m.op(Request::Sync).unwrap();
         drop(m);
         let m = Mds::open(&cfg).unwrap();
@@ -2558,7 +2631,8 @@ mod tests {
         };
         m.op(Request::SetAttr { handle: a, set }).unwrap();
         assert_eq!(content_of(&m, "a"), None, "given after a truncate");
-        m.written(a, 3, Some((v0 + 6, b"456"))).unwrap();
+        let (_, v) = size_of(&m, a);
+        m.written(a, 3, Some((v, b"456"))).unwrap();
         assert_eq!(content_of(&m, "a"), Some(b"456".to_vec()));
         m.op(Request::Unlink {
             parent: ROOT,
@@ -2596,7 +2670,7 @@ mod tests {
             set: truncate,
         })
         .unwrap();
-        assert_eq!(size_of(&m, a), (0, FIRST_VERSION + 1));
+        assert!(size_of(&m, a).1 > FIRST_VERSION);
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
