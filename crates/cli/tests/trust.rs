@@ -702,6 +702,102 @@ async fn errors_say_what_is_wrong() {
     let _ = Path::new(c.d());
 }
 
+/// The metadata server's process id.
+fn mds_pid(c: &Cluster) -> u32 {
+    c.pids()
+        .into_iter()
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .unwrap_or_default()
+                .split(|&b| b == 0)
+                .any(|w| w == b"mds")
+        })
+        .expect("the metadata server's pid")
+}
+
+/// Kills the metadata server (`kill -9`) and starts it again.
+fn restart_mds(c: &Cluster) {
+    c.kill9(mds_pid(c));
+    let (ok, _, err) = parcache(&["up", "--data", c.d()]);
+    assert!(ok, "restarting the metadata server: {err}");
+}
+
+/// `sprite` (Nelson, Welch & Ousterhout 1988) keeps who has a file open
+/// and who last wrote it in the metadata server's memory. After a restart,
+/// the nodes tell the new server what they have open and which files they
+/// hold dirty blocks of, and other nodes' opens wait for them: an open
+/// after the restart still recalls a writer's dirty blocks, and a file
+/// open for writing elsewhere is still uncached. (The restarted server
+/// knew of no writer, and the second node read the bytes from before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sprite_state_outlives_a_restart_of_the_metadata_server() {
+    const LEN: usize = 256 << 10;
+    let c = Cluster::up("trust-sprite-restart", 2);
+    let (a, b) = (c.fs().await, c.fs().await);
+    a.set_policy("/", "consistency", "sprite").await.unwrap();
+    a.set_policy("/", "write", "write-back").await.unwrap();
+    for name in ["/closed", "/open"] {
+        let f = a.create(name, 0o644, true).await.unwrap();
+        let f = a.open(&f, true).await.unwrap();
+        a.write_at(&f, 0, &vec![b'0'; LEN]).await.unwrap();
+        a.fsync(&f).await.unwrap();
+        a.close(&f, true).await.unwrap();
+    }
+    // Dirty blocks on the first node: of a file it closed, and of one it
+    // keeps open for writing.
+    let closed = a.open(&a.resolve("/closed").await.unwrap(), true).await.unwrap();
+    a.write_at(&closed, 0, &vec![b'A'; LEN]).await.unwrap();
+    a.close(&closed, true).await.unwrap();
+    let open = a.open(&a.resolve("/open").await.unwrap(), true).await.unwrap();
+    a.write_at(&open, 0, &vec![b'A'; LEN]).await.unwrap();
+    restart_mds(&c);
+    let f = b.open(&b.resolve("/closed").await.unwrap(), false).await.unwrap();
+    let got = b.read_at(&f, 0, LEN as u64).await.unwrap();
+    b.close(&f, false).await.unwrap();
+    let stale = got.iter().filter(|&&x| x != b'A').count();
+    assert_eq!(stale, 0, "read {stale} bytes from before the writer's close");
+    let g = b.open(&b.resolve("/open").await.unwrap(), false).await.unwrap();
+    let got = b.read_at(&g, 0, LEN as u64).await.unwrap();
+    let stale = got.iter().filter(|&&x| x != b'A').count();
+    assert_eq!(stale, 0, "read {stale} bytes the writer's open file did not hold");
+    // Write-shared now: the writer's next bytes reach the reader at once.
+    a.write_at(&open, 0, &vec![b'B'; 4096]).await.unwrap();
+    let got = b.read_at(&g, 0, 4096).await.unwrap();
+    assert!(got.iter().all(|&x| x == b'B'), "a write-shared file was cached");
+    b.close(&g, false).await.unwrap();
+    a.close(&open, true).await.unwrap();
+}
+
+/// `sync-write` (2003) and CAPFS's coherent H-caches (2005) keep in the
+/// metadata server's memory which nodes cache which blocks, or hashes, of
+/// a file. After a restart, a node that cached them before must not read
+/// them past another node's write: it drops them when it finds the server
+/// again, and the server holds writes until the nodes have had time to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_write_copies_do_not_outlive_a_restart_of_the_metadata_server() {
+    const LEN: usize = 256 << 10;
+    let c = Cluster::up("trust-sync-write-restart", 2);
+    let (a, b) = (c.fs().await, c.fs().await);
+    a.set_policy("/", "consistency", "sync-write").await.unwrap();
+    let f = a.create("/f", 0o644, true).await.unwrap();
+    let f = a.open(&f, true).await.unwrap();
+    a.write_at(&f, 0, &vec![b'A'; LEN]).await.unwrap();
+    a.fsync(&f).await.unwrap();
+    // Cached on the first node, which keeps the file open.
+    assert!(a.read_at(&f, 0, LEN as u64).await.unwrap().iter().all(|&x| x == b'A'));
+    restart_mds(&c);
+    let g = b.open(&b.resolve("/f").await.unwrap(), true).await.unwrap();
+    b.write_at(&g, 0, &vec![b'B'; LEN]).await.unwrap();
+    b.close(&g, true).await.unwrap();
+    let got = a.read_at(&f, 0, LEN as u64).await.unwrap();
+    a.close(&f, true).await.unwrap();
+    let stale = got.iter().filter(|&&x| x != b'B').count();
+    assert_eq!(
+        stale, 0,
+        "the first node read {stale} bytes of its copy from before the restart"
+    );
+}
+
 /// A node's size report answered by a metadata server that was then
 /// killed before its durable commit is lost with the crash, and the
 /// version the answer gave may be given again after the restart, to

@@ -12,7 +12,7 @@ use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
 use parcache_core::cooperative::CooperativeKind;
 use parcache_core::BlockKey;
-use parcache_core::{FilePolicies, PrefetchKind, StoreKind};
+use parcache_core::{ConsistencyKind, FilePolicies, PrefetchKind, StoreKind};
 use parcache_proto::{Attr, Request, Response, SetAttr};
 use parcache_proto::{FIRST_VERSION, SMALL_COPY_MAX};
 use std::collections::VecDeque;
@@ -43,6 +43,10 @@ pub(crate) struct FileState {
     /// Unlinked (its last name) while open here: the metadata server keeps
     /// it until the last open here ends.
     orphan: bool,
+    /// Opens for reading and for writing this node registered at the
+    /// metadata server (`sprite`) and has not closed there: what it tells
+    /// a restarted server ([`Fs::reclaim`]).
+    at_server: (u32, u32),
 }
 
 fn view(a: &Attr) -> ServerView {
@@ -184,8 +188,77 @@ impl Fs {
             gate: Arc::new(tokio::sync::RwLock::new(())),
             reporting: Arc::default(),
             orphan: false,
+            at_server: (0, 0),
         };
         Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
+    }
+
+    /// Counts an open of the file registered at the metadata server
+    /// (`open`) or closed there (see [`FileState::at_server`]).
+    fn registered(&self, handle: u64, write: bool, open: bool) {
+        if let Some(st) = self.files.lock().get_mut(&handle) {
+            let n = if write {
+                &mut st.at_server.1
+            } else {
+                &mut st.at_server.0
+            };
+            *n = if open { *n + 1 } else { n.saturating_sub(1) };
+        }
+    }
+
+    /// Tells a restarted metadata server what `sprite` kept in its
+    /// predecessor's memory: the opens this node registered, and the files
+    /// it wrote and has not reported (whose dirty blocks another node's
+    /// open must recall). Sprite's clients reopen their files after a
+    /// server reboot the same way (Welch 1990). What the server kept of
+    /// `sync-write` and CAPFS coherent H-caches (who caches which blocks or
+    /// hashes) is not told back: this node drops those blocks and hashes
+    /// instead, and fetches (and registers) them again. Called once the
+    /// connection to the metadata server is made again; the server holds
+    /// other nodes' opens, `sync-write` writes and coherent commits until
+    /// the nodes have had time to do this.
+    pub(crate) async fn reclaim(&self) {
+        let tracked: Vec<(u64, Arc<Pool>, bool)> = self
+            .files
+            .lock()
+            .iter()
+            .filter(|(_, st)| st.plugin.tracks_blocks() || st.plugin.capfs().is_some_and(|p| p.registers_holders()))
+            .map(|(&handle, st)| (handle, st.pool.clone(), st.plugin.tracks_blocks()))
+            .collect();
+        for (handle, pool, blocks) in tracked {
+            if blocks {
+                pool.discard_file(handle, 0).await;
+            } else {
+                self.cas.drop_hashes(handle);
+            }
+        }
+        let claims: Vec<Request> = self
+            .files
+            .lock()
+            .iter()
+            .filter_map(|(&handle, st)| {
+                let (readers, writers) = st.at_server;
+                let dirty = st.plugin.kind() == ConsistencyKind::Sprite && st.file.unreported();
+                (readers + writers > 0 || dirty).then_some(Request::Reclaim {
+                    handle,
+                    node: self.node,
+                    readers,
+                    writers,
+                    dirty,
+                })
+            })
+            .collect();
+        if !claims.is_empty() {
+            tracing::info!(
+                "telling the metadata server what {} files had open or unreported here (sprite)",
+                claims.len()
+            );
+        }
+        for req in claims {
+            if let Err(e) = self.mds.call(&req, &[]).await {
+                tracing::warn!("reclaiming a sprite open at the metadata server: {e}");
+            }
+        }
     }
 
     /// Runs `f` on the node's state of the file (if it has one).
@@ -279,6 +352,9 @@ impl Fs {
                     )));
                 }
                 Action::CloseAtServer { write } => {
+                    // Counted off first: a close lost with the server's
+                    // connection is not reclaimed as an open.
+                    self.registered(handle, write, false);
                     let req = Request::Close {
                         handle,
                         node: self.node,
@@ -434,6 +510,7 @@ impl Fs {
                         Response::Opened { attr, cacheable: c } => {
                             a = attr;
                             cacheable = c;
+                            self.registered(a.handle, write, true);
                         }
                         other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
                     }

@@ -231,6 +231,14 @@ impl Fs {
             nv,
             secret: secret.clone(),
         });
+        // A restarted metadata server is told what `sprite` kept in its
+        // predecessor's memory.
+        let me = Arc::downgrade(&fs);
+        fs.mds.on_found(Arc::new(move || {
+            if let Some(fs) = me.upgrade() {
+                tokio::spawn(async move { fs.reclaim().await });
+            }
+        }));
         // What a previous run acknowledged from the log reaches the data
         // servers before this node serves anything.
         fs.deliver(undelivered).await?;

@@ -29,6 +29,9 @@ pub struct Peer {
     node: AtomicU64,
     /// Called (on a blocking thread) when a connection is found lost.
     on_lost: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
+    /// Called (in the runtime, without blocking) when a connection is made
+    /// again after one was lost.
+    on_found: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
     /// Requests that may change the metadata server's answers: sent, and
     /// answered (or failed) ([`Peer::changes`]).
     changes_sent: AtomicU64,
@@ -59,6 +62,7 @@ impl Peer {
             lost: AtomicBool::new(false),
             node: AtomicU64::new(0),
             on_lost: std::sync::OnceLock::new(),
+            on_found: std::sync::OnceLock::new(),
             changes_sent: AtomicU64::new(0),
             changes_done: AtomicU64::new(0),
         }
@@ -69,6 +73,14 @@ impl Peer {
     /// mount's leases) may be forgotten by a restarted server.
     pub fn on_lost(&self, f: Arc<dyn Fn() + Send + Sync>) {
         let _ = self.on_lost.set(f);
+    }
+
+    /// Calls `f` each time a connection is made again after one was lost
+    /// (the server may have restarted and forgotten what it kept in
+    /// memory). `f` must not block: it runs in the runtime, with the
+    /// connection not yet handed out.
+    pub fn on_found(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        let _ = self.on_found.set(f);
     }
 
     /// Makes every later request one made for `node`, a mount holding
@@ -106,6 +118,9 @@ impl Peer {
         let c = Client::connect(&self.addr, &self.secret).await?;
         if self.lost.swap(false, Ordering::SeqCst) {
             tracing::info!("reconnected to the {} ({})", self.name, self.addr);
+            if let Some(f) = self.on_found.get() {
+                f();
+            }
         }
         *g = Some(c.clone());
         Ok(c)

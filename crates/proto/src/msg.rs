@@ -597,6 +597,18 @@ pub enum Request {
     /// does for the kernel's page cache (`parcache drop-caches`): the next
     /// reads are cold, while the cache keeps its memory. Answered `Ok`.
     DropCaches,
+    /// `sprite` consistency, to a restarted metadata server: `node` has
+    /// the file open `readers` and `writers` times, and (`dirty`) wrote it
+    /// without reporting all of it, so another node's open must recall it
+    /// (`parcache_core::consistency::sprite::SpriteServer::reclaim_at`).
+    /// Answered `Ok`.
+    Reclaim {
+        handle: Handle,
+        node: u64,
+        readers: u32,
+        writers: u32,
+        dirty: bool,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -997,6 +1009,7 @@ impl Request {
                 | SetPolicy { .. }
                 | SetAttr { .. }
                 | DropCaches
+                | Reclaim { .. }
         )
     }
 }

@@ -2046,6 +2046,16 @@ impl Handler for MdsHandler {
                 self.2.close(handle, node, write);
                 Response::Ok
             }
+            Request::Reclaim {
+                handle,
+                node,
+                readers,
+                writers,
+                dirty,
+            } => {
+                self.2.reclaim(handle, node, readers, writers, dirty);
+                Response::Ok
+            }
             Request::Callbacks { node } => Response::Callbacks(self.2.poll(node).await),
             Request::Heartbeat {
                 node,
@@ -2238,9 +2248,21 @@ impl Sprite {
     /// Registers the open; returns once every callback it needs is answered
     /// (or its node was given up on at the core's deadline).
     async fn open(&self, handle: Handle, node: u64, write: bool) -> bool {
+        self.grace().await;
         let o = self.state.lock().open_at(self.now(), node, handle, write);
         self.wait_for(handle, o).await;
         self.state.lock().may_cache(handle)
+    }
+
+    /// Returns once the grace period after a restart is over
+    /// ([`SpriteServer::recovering`]): the nodes have reclaimed their
+    /// `sprite` opens, and dropped the `sync-write` blocks and coherent
+    /// hashes they held, by then.
+    async fn grace(&self) {
+        let ends = self.state.lock().grace_ends(self.now());
+        if let Some(t) = ends {
+            tokio::time::sleep(Duration::from_nanos(t.0.saturating_sub(self.now().0))).await;
+        }
     }
 
     /// Sends an opening's callbacks and waits until none is unanswered.
@@ -2276,6 +2298,21 @@ impl Sprite {
         self.state.lock().close(node, handle, write);
     }
 
+    /// A node's reclaim after a restart (`SpriteServer::reclaim_at`): the
+    /// callbacks it makes are sent, not waited for (an open waits for them).
+    fn reclaim(&self, handle: Handle, node: u64, readers: u32, writers: u32, dirty: bool) {
+        let o = self
+            .state
+            .lock()
+            .reclaim_at(self.now(), node, handle, readers, writers, dirty);
+        for n in &o.gone {
+            tracing::warn!("node {n:x} is gone: its opens are dropped");
+        }
+        for n in &o.notify {
+            self.poll_of(*n).notify_one();
+        }
+    }
+
     fn hold(&self, handle: Handle, node: u64) {
         self.state.lock().hold(self.now(), node, handle);
     }
@@ -2287,6 +2324,7 @@ impl Sprite {
     /// A `sync-write`: returns once every other node caching one of the
     /// blocks dropped it (or was given up on at the core's deadline).
     async fn sync_written(&self, handle: Handle, node: u64, first: u64, last: u64) {
+        self.grace().await;
         let o = self.state.lock().sync_written_at(self.now(), node, handle, first, last);
         self.wait_for(handle, o).await;
     }
@@ -2294,6 +2332,7 @@ impl Sprite {
     /// A coherent commit: returns once every other holder of the file's
     /// hashes dropped them (or was given up on at the core's deadline).
     async fn invalidate(&self, handle: Handle, node: u64) {
+        self.grace().await;
         let o = self.state.lock().invalidate_at(self.now(), node, handle);
         self.wait_for(handle, o).await;
     }
@@ -2454,6 +2493,10 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     // The orphans kept before a restart: each node that keeps one counts
     // as gone from now until it is heard from.
     let sprite = Sprite::default();
+    if mds.incarnation.load(Ordering::SeqCst) > 1 {
+        // Not the store's first start: nodes may have files open.
+        sprite.state.lock().recovering(sprite.now());
+    }
     let mut orphans = Orphans::default();
     for (handle, node) in mds.orphans().map_err(|(_, e)| io::Error::other(e))? {
         orphans.restored(handle, node, sprite.now());

@@ -121,6 +121,11 @@ pub const CALLBACK_TIMEOUT: Span = Span(10_000_000_000);
 /// gone when a callback for it comes up.
 pub const NODE_SILENT: Span = Span(25_000_000_000);
 
+/// How long a restarted server holds opens ([`SpriteServer::recovering`])
+/// while the nodes reclaim what they have open and hold dirty: a live node
+/// finds the server again within its poll's retry (0.2 s).
+pub const RECLAIM_GRACE: Span = Span(3_000_000_000);
+
 /// A callback waiting for its node to collect it, or to answer it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Queued {
@@ -177,6 +182,8 @@ pub struct SpriteServer {
     /// Which nodes cache which blocks of `sync-write` files (2003).
     blocks: super::sync_write::BlockDirectory,
     next_id: u64,
+    /// Until when opens wait for the nodes' reclaims after a restart.
+    grace_until: Option<Time>,
 }
 
 impl SpriteServer {
@@ -268,6 +275,68 @@ impl SpriteServer {
         self.outstanding.insert(id, (n, file, now + CALLBACK_TIMEOUT));
         o.wait.push(id);
         o.notify.push(n);
+    }
+
+    /// The server started at `now` knowing nothing of what the nodes have
+    /// open, while nodes that outlived its predecessor may have files open
+    /// and hold dirty blocks: opens wait until [`RECLAIM_GRACE`] has passed
+    /// ([`SpriteServer::grace_ends`]), so the nodes reclaim first. Sprite's
+    /// servers recover their state the same way, from their clients
+    /// (Welch 1990, "State recovery in Sprite").
+    pub fn recovering(&mut self, now: Time) {
+        self.grace_until = Some(now + RECLAIM_GRACE);
+    }
+
+    /// When an open at `now` may be registered (`None`: at once).
+    pub fn grace_ends(&self, now: Time) -> Option<Time> {
+        self.grace_until.filter(|&t| t > now)
+    }
+
+    /// `node` tells a restarted server that it has `file` open `readers`
+    /// and `writers` times, and (`dirty`) that it wrote it and has not
+    /// reported all of it: it is (or, if another node claims the same, one
+    /// of) the file's last writers. A file these make write-shared is
+    /// uncached on every node that has it open, and a second dirty holder
+    /// is recalled at once. Sent again, it sets the same.
+    pub fn reclaim_at(
+        &mut self,
+        now: Time,
+        node: NodeId,
+        file: FileId,
+        readers: u32,
+        writers: u32,
+        dirty: bool,
+    ) -> Opening {
+        self.links.entry(node).or_default().last_seen = Some(now);
+        let s = self.files.entry(file).or_default();
+        if readers + writers > 0 {
+            s.opens.insert(node, Opens { readers, writers });
+        } else {
+            s.opens.remove(&node);
+        }
+        let mut callbacks = vec![];
+        if dirty {
+            if let Some(w) = s.last_writer.filter(|&w| w != node) {
+                callbacks.push((w, Callback::Recall));
+            }
+            s.last_writer = Some(node);
+        }
+        if s.write_shared() && !s.uncached {
+            s.uncached = true;
+            callbacks.extend(s.opens.keys().map(|&n| (n, Callback::Disable)));
+        }
+        if s.opens.is_empty() && s.last_writer.is_none() {
+            self.files.remove(&file);
+        }
+        let mut o = Opening {
+            wait: vec![],
+            notify: vec![],
+            gone: vec![],
+        };
+        for (n, cb) in callbacks {
+            self.call_back(now, n, file, cb, &mut o);
+        }
+        o
     }
 
     /// `node` keeps hashes of `file` in a coherent H-cache (CAPFS 2005
@@ -601,11 +670,52 @@ mod tests {
         assert_eq!(s.openers(7), 1);
     }
 
+    /// After a restart the nodes' reclaims stand for what the server
+    /// forgot: a dirty holder is recalled by the next open elsewhere, a
+    /// file the reclaims show write-shared is uncached on every node that
+    /// has it open, a reclaim sent twice counts once, and opens wait out
+    /// the grace period.
+    #[test]
+    fn reclaims_after_a_restart_stand_for_what_the_server_forgot() {
+        let now = Time(5);
+        let mut s = SpriteServer::new();
+        assert_eq!(s.grace_ends(now), None, "a server that never restarted");
+        s.recovering(now);
+        assert_eq!(s.grace_ends(now), Some(now + RECLAIM_GRACE));
+        assert_eq!(s.grace_ends(now + RECLAIM_GRACE), None);
+        // Node 1 closed file 7 with dirty blocks; node 2 has file 8 open
+        // for writing, node 3 for reading.
+        let o = s.reclaim_at(now, 1, 7, 0, 0, true);
+        assert!(o.wait.is_empty());
+        s.reclaim_at(now, 2, 8, 0, 1, true);
+        s.reclaim_at(now, 2, 8, 0, 1, true);
+        let o = s.reclaim_at(now, 3, 8, 1, 0, false);
+        assert_eq!(o.notify.len(), 2, "both openers of the write-shared file told");
+        assert!(s.is_uncached(8));
+        let queued = |s: &mut SpriteServer, n| {
+            s.poll(now, n)
+                .unwrap_or_default()
+                .iter()
+                .map(|q| (q.file, q.cb))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(queued(&mut s, 2), vec![(8, Callback::Disable)]);
+        assert_eq!(queued(&mut s, 3), vec![(8, Callback::Disable)]);
+        assert_eq!(s.openers(8), 2);
+        s.close(2, 8, true);
+        s.close(3, 8, false);
+        assert_eq!(s.openers(8), 0, "a reclaim sent twice counted twice");
+        let g = s.open(4, 7, false);
+        assert_eq!(g.callbacks, vec![(1, Callback::Recall)], "the dirty holder is recalled");
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Open(NodeId, bool),
         Close(NodeId, bool),
         Gone(NodeId),
+        /// The server restarts knowing nothing; every node reclaims.
+        Restart,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -613,6 +723,7 @@ mod tests {
             (1..4u64, any::<bool>()).prop_map(|(n, w)| Op::Open(n, w)),
             (1..4u64, any::<bool>()).prop_map(|(n, w)| Op::Close(n, w)),
             (1..4u64).prop_map(Op::Gone),
+            Just(Op::Restart),
         ]
     }
 
@@ -661,6 +772,21 @@ mod tests {
                     Op::Gone(n) => {
                         s.node_gone(n);
                         nodes.remove(&n);
+                    }
+                    Op::Restart => {
+                        s = SpriteServer::new();
+                        s.recovering(Time::ZERO);
+                        for (&n, e) in &nodes {
+                            s.reclaim_at(Time::ZERO, n, 7, e.0, e.1, e.3);
+                        }
+                        for (&n, e) in nodes.iter_mut() {
+                            for q in s.poll(Time::ZERO, n).unwrap_or_default() {
+                                e.3 = false;
+                                if q.cb == Callback::Disable {
+                                    e.2 = false;
+                                }
+                            }
+                        }
                     }
                 }
                 let open: Vec<_> = nodes.iter().filter(|(_, e)| e.0 + e.1 > 0).collect();
