@@ -798,6 +798,34 @@ async fn sync_write_copies_do_not_outlive_a_restart_of_the_metadata_server() {
     );
 }
 
+/// The same for a content-addressed file under `seq-2` (a coherent
+/// H-cache, CAPFS 2005 §3.4): the first node's cached hashes from before
+/// the restart are not used past another node's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coherent_hashes_do_not_outlive_a_restart_of_the_metadata_server() {
+    const LEN: usize = 256 << 10;
+    let c = Cluster::up("trust-hcache-restart", 2);
+    let (ok, err) = c.cas_root("seq-2");
+    assert!(ok, "{err}");
+    let (a, b) = (c.fs().await, c.fs().await);
+    let f = a.create("/f", 0o644, true).await.unwrap();
+    let f = a.open(&f, true).await.unwrap();
+    a.write_at(&f, 0, &vec![b'A'; LEN]).await.unwrap();
+    a.fsync(&f).await.unwrap();
+    assert!(a.read_at(&f, 0, LEN as u64).await.unwrap().iter().all(|&x| x == b'A'));
+    restart_mds(&c);
+    let g = b.open(&b.resolve("/f").await.unwrap(), true).await.unwrap();
+    b.write_at(&g, 0, &vec![b'B'; LEN]).await.unwrap();
+    b.close(&g, true).await.unwrap();
+    let got = a.read_at(&f, 0, LEN as u64).await.unwrap();
+    a.close(&f, true).await.unwrap();
+    let stale = got.iter().filter(|&&x| x != b'B').count();
+    assert_eq!(
+        stale, 0,
+        "the first node read {stale} bytes through hashes from before the restart"
+    );
+}
+
 /// A node's size report answered by a metadata server that was then
 /// killed before its durable commit is lost with the crash, and the
 /// version the answer gave may be given again after the restart, to
