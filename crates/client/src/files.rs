@@ -13,8 +13,8 @@ use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, Nod
 use parcache_core::cooperative::CooperativeKind;
 use parcache_core::BlockKey;
 use parcache_core::{ConsistencyKind, FilePolicies, PrefetchKind, StoreKind};
+use parcache_proto::{never_changed, SMALL_COPY_MAX};
 use parcache_proto::{Attr, Request, Response, SetAttr};
-use parcache_proto::{FIRST_VERSION, SMALL_COPY_MAX};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -878,7 +878,7 @@ impl Fs {
             self.data.forget(a.handle);
             return Ok(());
         };
-        if a.version <= FIRST_VERSION && size == 0 && self.data.untouched(a.handle) {
+        if never_changed(a.version) && size == 0 && self.data.untouched(a.handle) {
             // This node created it and sent its data servers nothing for
             // it, and no node reported data or a size for it (a write's
             // close, a truncate, an fsync all move the version): the data

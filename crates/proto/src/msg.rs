@@ -68,9 +68,22 @@ pub struct Layout {
     pub servers: Vec<u32>,
 }
 
-/// A file's version when created: every change to its content or size
-/// (a write's report, a truncate, a layout set anew) moves it on.
+/// A file's version when created, in the metadata server's incarnation
+/// (its high bits, [`VERSION_SHIFT`]): every change to its content or size
+/// (a write's report, a truncate, a layout set anew) moves it on, by one
+/// within an incarnation, past every version given before otherwise.
 pub const FIRST_VERSION: u64 = 1;
+
+/// A version's bits above this count the metadata server's incarnation:
+/// each opening of its store (a start, or again after a failed commit)
+/// begins one, since a crash takes versions back to the last durable
+/// commit while nodes may hold answers given after it.
+pub const VERSION_SHIFT: u32 = 40;
+
+/// Whether a file at `version` was never changed since it was created.
+pub fn never_changed(version: u64) -> bool {
+    version & ((1 << VERSION_SHIFT) - 1) <= FIRST_VERSION
+}
 
 /// The largest file whose whole content its writer's size report may carry
 /// to the metadata server (`WrittenSmall`), which keeps it beside the

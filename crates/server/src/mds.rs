@@ -33,6 +33,7 @@ use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
     serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
     Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT, SMALL_COPY_MAX,
+    VERSION_SHIFT,
 };
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -95,10 +96,6 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 /// may hold parts of files created after it: a new file given such a
 /// handle would show the lost file's bytes in its holes.
 const HANDLE_RESERVE: u64 = 4096;
-
-/// Versions given while the store is open at incarnation `n` start at
-/// `n << VERSION_SHIFT` ([`Tx::next_version`]).
-const VERSION_SHIFT: u32 = 40;
 
 /// Incarnations are reserved this many at a time, durably, when the
 /// server starts (`incarnations` in the meta table: the first not
@@ -332,14 +329,24 @@ fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, n
 }
 
 impl Tx<'_> {
-    /// The version a change moves a file or directory at `v` to: past
-    /// every version given before the store was last opened, since a crash
-    /// (or a failed commit) takes versions back to the last durable commit
-    /// while nodes may hold answers given after it. Counting on from there
-    /// gave another node's change a version a node had already seen its
-    /// own lost change at, and it kept its stale blocks.
+    /// The version a change moves a file or directory at `v` to: the
+    /// next one within this incarnation of the store, else past every
+    /// version given before it was opened, since a crash (or a failed
+    /// commit) takes versions back to the last durable commit while nodes
+    /// may hold answers given after it. (Counting on from there gave
+    /// another node's change a version a node had already seen its own
+    /// lost change at, and it kept its stale blocks.) Moving by one within
+    /// an incarnation lets a node tell that its own report was the only
+    /// change (`close_to_open::after_report`); the low bits never fall to
+    /// [`FIRST_VERSION`] or below once changed
+    /// ([`parcache_proto::never_changed`]).
     fn next_version(&self, v: u64) -> u64 {
-        (v + 1).max(self.floor)
+        (v + 1).max(self.floor + FIRST_VERSION + 1)
+    }
+
+    /// The version of a file or directory created now.
+    fn first_version(&self) -> u64 {
+        self.floor + FIRST_VERSION
     }
     fn w(&self) -> &redb::WriteTransaction {
         self.tx
@@ -1054,7 +1061,7 @@ impl Mds {
                 atime: t,
                 mtime: t,
                 ctime: t,
-                version: FIRST_VERSION,
+                version: tx.first_version(),
                 layout,
                 rdev: 0,
             },
@@ -2689,6 +2696,41 @@ mod tests {
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
+    /// Within one opening of the store a change moves a version by one (a
+    /// node tells its own report was the only change by that), from the
+    /// first on; across a restart the next change goes past every version
+    /// given before, and a file never changed still shows so.
+    #[test]
+    fn versions_move_by_one_within_an_incarnation_and_past_every_earlier_one_across() {
+        let cfg = config("incarnations");
+        let m = Mds::open(&cfg).unwrap();
+        let (a, b) = (create(&m, "a"), create(&m, "b"));
+        let (_, v0) = size_of(&m, a);
+        m.op(Request::Written { handle: a, size: 1 }).unwrap();
+        assert_eq!(size_of(&m, a).1, v0 + 1);
+        m.op(Request::Written { handle: a, size: 2 }).unwrap();
+        assert_eq!(size_of(&m, a).1, v0 + 2);
+        m.op(Request::Sync).unwrap();
+        m.op(Request::Written { handle: a, size: 3 }).unwrap();
+        let lost = size_of(&m, a).1;
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(size_of(&m, a).1, v0 + 2, "the unsynced change is lost");
+        assert!(parcache_proto::never_changed(size_of(&m, b).1));
+        m.op(Request::Written { handle: a, size: 3 }).unwrap();
+        let (_, again) = size_of(&m, a);
+        assert!(again > lost && !parcache_proto::never_changed(again));
+        m.op(Request::Written { handle: a, size: 4 }).unwrap();
+        assert_eq!(size_of(&m, a).1, again + 1);
+        m.op(Request::Written { handle: b, size: 1 }).unwrap();
+        assert!(
+            !parcache_proto::never_changed(size_of(&m, b).1),
+            "a change from the last incarnation's first version"
+        );
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
     /// A new file is at its first version; a truncate moves it on even to
     /// the size the file has (the node cut or made its parts at the data
     /// servers, so a removal must ask them), and a change of mode does not.
@@ -2697,13 +2739,14 @@ mod tests {
         let cfg = config("same-size");
         let m = Mds::open(&cfg).unwrap();
         let a = create(&m, "a");
-        assert_eq!(size_of(&m, a), (0, FIRST_VERSION));
+        let (_, v0) = size_of(&m, a);
+        assert!(parcache_proto::never_changed(v0));
         let chmod = SetAttr {
             mode: Some(0o600),
             ..SetAttr::default()
         };
         m.op(Request::SetAttr { handle: a, set: chmod }).unwrap();
-        assert_eq!(size_of(&m, a), (0, FIRST_VERSION));
+        assert_eq!(size_of(&m, a), (0, v0));
         let truncate = SetAttr {
             size: Some(0),
             ..SetAttr::default()
@@ -2713,7 +2756,8 @@ mod tests {
             set: truncate,
         })
         .unwrap();
-        assert!(size_of(&m, a).1 > FIRST_VERSION);
+        assert_eq!(size_of(&m, a), (0, v0 + 1));
+        assert!(!parcache_proto::never_changed(v0 + 1));
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
