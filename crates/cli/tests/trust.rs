@@ -1,7 +1,9 @@
 //! Misuse and faults a user meets: a file copied onto itself, two daemons
 //! on one directory, servers given in another order, a data server dying
 //! with unwritten bytes, a full disk, a failed `up`, a closed pipe, wrong
-//! secrets and wrong addresses. Each test failed on the code before its fix.
+//! secrets and wrong addresses, a metadata server killed and restarted
+//! under nodes that keep what it told them. Each test failed on the code
+//! before its fix.
 
 use parcache_client::Fs;
 use parcache_proto::Secret;
