@@ -298,19 +298,7 @@ async fn lose_a_file(c: &Cluster) -> String {
         let a = fs.open(&a, true).await.unwrap();
         fs.write_at(&a, 0, &vec![b'A'; 2 << 20]).await.unwrap();
         fs.close(&a, true).await.unwrap();
-        let mds = c
-            .pids()
-            .into_iter()
-            .find(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline"))
-                    .unwrap_or_default()
-                    .split(|&b| b == 0)
-                    .any(|w| w == b"mds")
-            })
-            .expect("the metadata server's pid");
-        c.kill9(mds);
-        let (ok, _, err) = parcache(&["up", "--data", c.d()]);
-        assert!(ok, "restarting the metadata server: {err}");
+        restart_mds(c);
         if c.fs().await.resolve(&name).await.is_err() {
             return name;
         }
@@ -777,23 +765,10 @@ async fn sprite_state_outlives_a_restart_of_the_metadata_server() {
 /// again, and the server holds writes until the nodes have had time to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_write_copies_do_not_outlive_a_restart_of_the_metadata_server() {
-    const LEN: usize = 256 << 10;
     let c = Cluster::up("trust-sync-write-restart", 2);
     let (a, b) = (c.fs().await, c.fs().await);
     a.set_policy("/", "consistency", "sync-write").await.unwrap();
-    let f = a.create("/f", 0o644, true).await.unwrap();
-    let f = a.open(&f, true).await.unwrap();
-    a.write_at(&f, 0, &vec![b'A'; LEN]).await.unwrap();
-    a.fsync(&f).await.unwrap();
-    // Cached on the first node, which keeps the file open.
-    assert!(a.read_at(&f, 0, LEN as u64).await.unwrap().iter().all(|&x| x == b'A'));
-    restart_mds(&c);
-    let g = b.open(&b.resolve("/f").await.unwrap(), true).await.unwrap();
-    b.write_at(&g, 0, &vec![b'B'; LEN]).await.unwrap();
-    b.close(&g, true).await.unwrap();
-    let got = a.read_at(&f, 0, LEN as u64).await.unwrap();
-    a.close(&f, true).await.unwrap();
-    let stale = got.iter().filter(|&&x| x != b'B').count();
+    let stale = stale_after_a_restart(&c, &a, &b).await;
     assert_eq!(
         stale, 0,
         "the first node read {stale} bytes of its copy from before the restart"
@@ -805,27 +780,35 @@ async fn sync_write_copies_do_not_outlive_a_restart_of_the_metadata_server() {
 /// the restart are not used past another node's commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coherent_hashes_do_not_outlive_a_restart_of_the_metadata_server() {
-    const LEN: usize = 256 << 10;
     let c = Cluster::up("trust-hcache-restart", 2);
     let (ok, err) = c.cas_root("seq-2");
     assert!(ok, "{err}");
     let (a, b) = (c.fs().await, c.fs().await);
+    let stale = stale_after_a_restart(&c, &a, &b).await;
+    assert_eq!(
+        stale, 0,
+        "the first node read {stale} bytes through hashes from before the restart"
+    );
+}
+
+/// Node `a` writes `/f`, makes it durable and reads it (caching what its
+/// policy caches, with the file kept open); the metadata server is killed
+/// and restarted; node `b` writes the file anew. Returns how many bytes
+/// `a` then reads that are not `b`'s.
+async fn stale_after_a_restart(c: &Cluster, a: &Fs, b: &Fs) -> usize {
+    const LEN: usize = 256 << 10;
     let f = a.create("/f", 0o644, true).await.unwrap();
     let f = a.open(&f, true).await.unwrap();
     a.write_at(&f, 0, &vec![b'A'; LEN]).await.unwrap();
     a.fsync(&f).await.unwrap();
     assert!(a.read_at(&f, 0, LEN as u64).await.unwrap().iter().all(|&x| x == b'A'));
-    restart_mds(&c);
+    restart_mds(c);
     let g = b.open(&b.resolve("/f").await.unwrap(), true).await.unwrap();
     b.write_at(&g, 0, &vec![b'B'; LEN]).await.unwrap();
     b.close(&g, true).await.unwrap();
     let got = a.read_at(&f, 0, LEN as u64).await.unwrap();
     a.close(&f, true).await.unwrap();
-    let stale = got.iter().filter(|&&x| x != b'B').count();
-    assert_eq!(
-        stale, 0,
-        "the first node read {stale} bytes through hashes from before the restart"
-    );
+    got.iter().filter(|&&x| x != b'B').count()
 }
 
 /// A node's size report answered by a metadata server that was then
@@ -851,19 +834,7 @@ async fn a_version_lost_in_a_crash_does_not_hide_another_nodes_change() {
         let f = a.open(&a.resolve(&name).await.unwrap(), true).await.unwrap();
         a.write_at(&f, 0, &vec![b'a'; 2 * LEN]).await.unwrap();
         a.close(&f, true).await.unwrap();
-        let mds = c
-            .pids()
-            .into_iter()
-            .find(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline"))
-                    .unwrap_or_default()
-                    .split(|&b| b == 0)
-                    .any(|w| w == b"mds")
-            })
-            .expect("the metadata server's pid");
-        c.kill9(mds);
-        let (ok, _, err) = parcache(&["up", "--data", c.d()]);
-        assert!(ok, "restarting the metadata server: {err}");
+        restart_mds(&c);
         let b = c.fs().await;
         let at_b = b.resolve(&name).await.unwrap();
         if at_b.size != LEN as u64 {
