@@ -123,7 +123,8 @@ pub const NODE_SILENT: Span = Span(25_000_000_000);
 
 /// How long a restarted server holds opens ([`SpriteServer::recovering`])
 /// while the nodes reclaim what they have open and hold dirty: a live node
-/// finds the server again within its poll's retry (0.2 s).
+/// finds the server again within about 1.3 s (its callback poll retries
+/// with pauses of at most 1.25 s).
 pub const RECLAIM_GRACE: Span = Span(3_000_000_000);
 
 /// A callback waiting for its node to collect it, or to answer it.
@@ -140,7 +141,7 @@ pub struct Queued {
 /// here: while it waits, another node's open may make the file write-shared
 /// (and call this node back before its own open is answered; the simulator
 /// found this).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Opening {
     pub wait: Vec<u64>,
     pub notify: Vec<NodeId>,
@@ -328,11 +329,7 @@ impl SpriteServer {
         if s.opens.is_empty() && s.last_writer.is_none() {
             self.files.remove(&file);
         }
-        let mut o = Opening {
-            wait: vec![],
-            notify: vec![],
-            gone: vec![],
-        };
+        let mut o = Opening::default();
         for (n, cb) in callbacks {
             self.call_back(now, n, file, cb, &mut o);
         }
@@ -350,11 +347,7 @@ impl SpriteServer {
     /// holder is sent `Invalidate` (and holds nothing until it fetches
     /// again); the commit is complete when none of `wait` is waiting.
     pub fn invalidate_at(&mut self, now: Time, node: NodeId, file: FileId) -> Opening {
-        let mut o = Opening {
-            wait: vec![],
-            notify: vec![],
-            gone: vec![],
-        };
+        let mut o = Opening::default();
         let others: Vec<NodeId> = match self.holders.get_mut(&file) {
             Some(h) => {
                 let others = h.iter().copied().filter(|&n| n != node).collect();
@@ -374,11 +367,7 @@ impl SpriteServer {
     /// `Forget`; the change is answered when none of `wait` is waiting,
     /// an unanswered one no longer than its lease.
     pub fn forget_at(&mut self, now: Time, file: FileId, holders: &[(NodeId, Time)]) -> Opening {
-        let mut o = Opening {
-            wait: vec![],
-            notify: vec![],
-            gone: vec![],
-        };
+        let mut o = Opening::default();
         for &(n, until) in holders {
             if until <= now {
                 continue;
@@ -421,11 +410,7 @@ impl SpriteServer {
     /// to the data servers: every other node caching one of them is sent
     /// `DropBlocks`; the write is complete when none of `wait` is waiting.
     pub fn sync_written_at(&mut self, now: Time, node: NodeId, file: FileId, first: u64, last: u64) -> Opening {
-        let mut o = Opening {
-            wait: vec![],
-            notify: vec![],
-            gone: vec![],
-        };
+        let mut o = Opening::default();
         for n in self.blocks.written(node, file, first, last) {
             self.call_back(now, n, file, Callback::DropBlocks { first, last }, &mut o);
         }
