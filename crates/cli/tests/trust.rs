@@ -859,3 +859,155 @@ async fn a_version_lost_in_a_crash_does_not_hide_another_nodes_change() {
     }
     panic!("a kill never came before the metadata server's commit");
 }
+
+/// Stops the metadata server as `parcache down` does (SIGTERM: it commits
+/// and exits) and starts it again.
+fn stop_and_restart_mds(c: &Cluster) {
+    let pid = mds_pid(c);
+    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let t = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the metadata server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (ok, _, err) = parcache(&["up", "--data", c.d()]);
+    assert!(ok, "restarting the metadata server: {err}");
+}
+
+/// A request that is not idempotent, sent again with the same client id
+/// and number (as a node does after a lost connection), is answered as
+/// the first time and not done twice: on another connection, and after a
+/// graceful restart of the metadata server. One lost in a crash is done
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_again_is_answered_not_done_twice() {
+    use parcache_proto::{Client, Request, Response, ROOT};
+    let c = Cluster::up("trust-once", 1);
+    let secret = Secret::load(&c.dir.join("secret")).unwrap();
+    let conn = || async {
+        let addr = c.info()["mds"].as_str().unwrap().to_string();
+        Client::connect(&addr, &secret).await.unwrap()
+    };
+    let create = |name: &str| Request::Create {
+        parent: ROOT,
+        name: name.as_bytes().to_vec(),
+        mode: 0o644,
+        exclusive: true,
+    };
+    let once = |seq: u64, req: Request| Request::Once {
+        client: 0x5eed,
+        seq,
+        req: Box::new(req),
+    };
+    let handle_of = |r: Response| match r {
+        Response::Created { attr, .. } => attr.handle,
+        other => panic!("not created: {other:?}"),
+    };
+    // Without `Once`, an exclusive create sent again fails.
+    let plain = conn().await;
+    plain.call(&create("plain"), &[]).await.unwrap();
+    let again = plain.call(&create("plain"), &[]).await.unwrap().0;
+    assert!(matches!(again, Response::Error(_)), "{again:?}");
+
+    let first = handle_of(conn().await.call(&once(1, create("f")), &[]).await.unwrap().0);
+    let repeat = conn().await.call(&once(1, create("f")), &[]).await.unwrap().0;
+    assert_eq!(handle_of(repeat), first, "sent again on another connection");
+    let unlink = Request::Unlink {
+        parent: ROOT,
+        name: b"f".to_vec(),
+        keep_open: false,
+    };
+    let gone = conn().await.call(&once(2, unlink.clone()), &[]).await.unwrap().0;
+    assert!(matches!(gone, Response::Unlinked { .. }), "{gone:?}");
+
+    stop_and_restart_mds(&c);
+    let repeat = conn().await.call(&once(1, create("f")), &[]).await.unwrap().0;
+    assert_eq!(handle_of(repeat), first, "sent again after a graceful restart");
+    let gone = conn().await.call(&once(2, unlink), &[]).await.unwrap().0;
+    assert!(
+        matches!(gone, Response::Unlinked { .. }),
+        "an unlink sent again after a restart: {gone:?}"
+    );
+    let lookup = |name: &str| Request::Lookup {
+        parent: ROOT,
+        name: name.as_bytes().to_vec(),
+    };
+    let looked = conn().await.call(&lookup("f"), &[]).await.unwrap().0;
+    assert!(
+        matches!(looked, Response::Error(_)),
+        "the create sent again after its unlink made the file again: {looked:?}"
+    );
+
+    // A create lost in a crash (its commit not yet made) is done again;
+    // one committed before the kill is answered as before. Either way
+    // the file is there after.
+    let lost = handle_of(conn().await.call(&once(3, create("g")), &[]).await.unwrap().0);
+    restart_mds(&c);
+    let again = handle_of(conn().await.call(&once(3, create("g")), &[]).await.unwrap().0);
+    let looked = conn().await.call(&lookup("g"), &[]).await.unwrap().0;
+    match looked {
+        Response::Attr(a) => assert_eq!(a.handle, again),
+        other => panic!("the create sent again after a crash left no file: {other:?}"),
+    }
+    let _ = lost;
+}
+
+/// Requests in flight when the metadata server is stopped (`parcache
+/// down`, or SIGTERM before an upgrade) are sent again to the server
+/// restarted and done once: no create or unlink fails, and no name
+/// unlinked comes back. (Before, a request the server had not read when
+/// it closed the connection failed with EIO, and one it had done while
+/// its answer was lost could not be sent again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_outlive_a_graceful_restart_of_the_metadata_server() {
+    let c = Cluster::up("trust-graceful", 1);
+    let fs = c.fs().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut streams = Vec::new();
+    for s in 0..4 {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        fs.mkdir(&format!("/d{s}"), 0o755).await.unwrap();
+        streams.push(tokio::spawn(async move {
+            let mut errors = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let name = format!("/d{s}/f{i}");
+                if let Err(e) = fs.create(&name, 0o644, true).await {
+                    errors.push(format!("create {name}: {e}"));
+                }
+                if i > 0 {
+                    let name = format!("/d{s}/f{}", i - 1);
+                    if let Err(e) = fs.unlink(&name).await {
+                        errors.push(format!("unlink {name}: {e}"));
+                    }
+                }
+                i += 1;
+            }
+            (i, errors)
+        }));
+    }
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let c = &c;
+        tokio::task::block_in_place(|| stop_and_restart_mds(c));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for (s, t) in streams.into_iter().enumerate() {
+        let (made, errors) = t.await.unwrap();
+        assert!(errors.is_empty(), "stream {s}: {errors:?}");
+        // Only the last file made is left.
+        let names: Vec<String> = fs
+            .readdir(&format!("/d{s}"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        assert_eq!(names, vec![format!("f{}", made - 1)], "stream {s}");
+    }
+}

@@ -210,7 +210,11 @@ impl Fs {
             None => (None, Vec::new()),
         };
         let fs = Arc::new_cyclic(|me| Fs {
-            mds: Arc::new(Peer::connected("metadata server".into(), mds, secret.clone())),
+            mds: Arc::new({
+                let p = Peer::connected("metadata server".into(), mds, secret.clone());
+                p.exactly_once();
+                p
+            }),
             data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
             cache,
             pools: Mutex::new(HashMap::new()),

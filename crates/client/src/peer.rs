@@ -5,7 +5,7 @@
 
 use crate::{FsError, Result};
 use bytes::Bytes;
-use parcache_proto::{Client, ConnError, Payload, Request, Response, Secret};
+use parcache_proto::{Client, ConnError, ErrorCode, Payload, Request, Response, Secret};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +36,10 @@ pub struct Peer {
     /// answered (or failed) ([`Peer::changes`]).
     changes_sent: AtomicU64,
     changes_done: AtomicU64,
+    /// This client's id for requests made at most once (`Request::Once`;
+    /// 0: sent as they are), and the last sequence number given.
+    once: AtomicU64,
+    seq: AtomicU64,
 }
 
 /// Counts a request that may change what the server answers as done when
@@ -65,7 +69,16 @@ impl Peer {
             on_found: std::sync::OnceLock::new(),
             changes_sent: AtomicU64::new(0),
             changes_done: AtomicU64::new(0),
+            once: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
         }
+    }
+
+    /// Makes every later request that is not idempotent one the server
+    /// does at most once (`Request::Once`, which the metadata server
+    /// knows), so that it too is sent again after a lost connection.
+    pub fn exactly_once(&self) {
+        self.once.store(parcache_proto::random_u64() | 1, Ordering::SeqCst);
     }
 
     /// Calls `f` (on a blocking thread) each time the connection is found
@@ -157,6 +170,18 @@ impl Peer {
     }
 
     async fn send(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
+        let once;
+        let req = match self.once.load(Ordering::SeqCst) {
+            client if client != 0 && !req.is_idempotent() => {
+                once = Request::Once {
+                    client,
+                    seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+                    req: Box::new(req.clone()),
+                };
+                &once
+            }
+            _ => req,
+        };
         let wrapped;
         let req = match self.node.load(Ordering::SeqCst) {
             0 => req,
@@ -183,6 +208,11 @@ impl Peer {
                 }
             };
             match conn.call_with(req, data).await {
+                // Not done: the server is stopping (a restart, say).
+                Ok((Response::Error(e), _)) if e.code == ErrorCode::Stopping => {
+                    tracing::warn!("{} ({}): {}; retrying", self.name, self.addr, e.message);
+                    last = e.message;
+                }
                 Ok(r) => return Ok(r),
                 Err(e @ ConnError::TooLarge(_)) => return Err(e.into()),
                 Err(e) if !req.is_idempotent() => return Err(e.into()),

@@ -47,6 +47,13 @@ pub enum AuthError {
     SecretFile { path: String, reason: String },
 }
 
+/// A random number from the OS (a client's id: [`crate::Request::Once`]).
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    u64::from_le_bytes(b)
+}
+
 impl Secret {
     /// A fresh random secret.
     pub fn generate() -> Secret {

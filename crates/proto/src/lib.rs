@@ -18,7 +18,7 @@ pub mod msg;
 mod outbox;
 mod transport;
 
-pub use auth::Secret;
+pub use auth::{random_u64, Secret};
 pub use buf_pool::BufPool;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
 pub use msg::{

@@ -622,6 +622,16 @@ pub enum Request {
         writers: u32,
         dirty: bool,
     },
+    /// `req`, made at most once by the metadata server: a client sends it
+    /// again with the same `client` (its random id) and `seq` after a lost
+    /// connection, and a repeat of one already done is answered with the
+    /// first answer, kept with the change it made (a duplicate request
+    /// cache, as NFSv4.1's sessions give, RFC 8881 §2.10.6). Inside `As`.
+    Once {
+        client: u64,
+        seq: u64,
+        req: Box<Request>,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -877,6 +887,9 @@ pub enum ErrorCode {
     NoData,
     /// Not supported (an extended attribute namespace, a fallocate mode).
     NotSupported,
+    /// The server is stopping and did not do the request: send it again
+    /// (to the server once restarted).
+    Stopping,
 }
 
 impl ErrorCode {
@@ -891,7 +904,7 @@ impl ErrorCode {
             ErrorCode::Access => 13,
             ErrorCode::Invalid | ErrorCode::BadRequest => 22,
             ErrorCode::NoSpace => 28,
-            ErrorCode::Io => 5,
+            ErrorCode::Io | ErrorCode::Stopping => 5,
             ErrorCode::NameTooLong => 36,
             ErrorCode::Loop => 40,
             ErrorCode::NoData => 61,
@@ -933,7 +946,7 @@ impl Request {
     /// only while its own node sends none of the others).
     pub fn reads_metadata_only(&self) -> bool {
         use Request::*;
-        if let As { req, .. } = self {
+        if let As { req, .. } | Once { req, .. } = self {
             return req.reads_metadata_only();
         }
         matches!(
@@ -967,7 +980,9 @@ impl Request {
         }
         matches!(
             self,
-            Lookup { .. }
+            // Its repeat is answered, not done again.
+            Once { .. }
+                | Lookup { .. }
                 | LookupPolicy { .. }
                 | GetAttr { .. }
                 | ReadDir { .. }

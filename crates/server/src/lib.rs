@@ -4,6 +4,7 @@
 pub mod direct;
 pub mod iod;
 pub mod mds;
+mod once;
 pub mod read_queue;
 
 /// Total and free bytes of the file system holding `dir` ((0, 0) if it

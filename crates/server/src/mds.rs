@@ -16,6 +16,7 @@
 //! what is created in it. Every change to a file's content or size bumps
 //! its version (for close-to-open consistency checks).
 
+use crate::once::{InFlight, OnceKey};
 use bytes::Bytes;
 use parcache_core::catalogue::{check_setting, parse_size};
 use parcache_core::consistency::capfs::{self, HOLE};
@@ -42,7 +43,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -73,6 +74,18 @@ const REFS: TableDefinition<&[u8], u64> = TableDefinition::new("refs");
 /// A copy is given out only while its file is at that version; a stale
 /// one stays until the file's next size report or its removal.
 const SMALL: TableDefinition<u64, &[u8]> = TableDefinition::new("small_copies");
+/// The answers to requests made at most once (`Request::Once`), kept with
+/// the changes they answer (the same transaction), so a request sent again
+/// after a lost connection, or to the server restarted, is answered and
+/// not done twice: (client, seq % [`ONCE_SLOTS`]) → seq and the time kept
+/// (8 bytes each, little-endian), then the answer (postcard).
+const REPLIES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("once_replies");
+/// Answers kept per client: a client's requests this far behind its
+/// latest have their slots taken (none is in flight that long).
+const ONCE_SLOTS: u64 = 1024;
+/// Kept answers older than this are dropped ([`Mds::prune_replies`]): a
+/// client sends a request again within seconds of losing it.
+const ONCE_KEPT: Duration = Duration::from_secs(600);
 /// Hashes one `Hashes` request may ask for.
 const HASHES_MAX: u64 = 1 << 16;
 /// Chunks a recipe may have (at 16 KiB, 64 TiB).
@@ -282,6 +295,11 @@ struct Mds {
     incarnation: AtomicU64,
     /// The first incarnation not reserved durably ([`INCARNATION_RESERVE`]).
     incarnations: AtomicU64,
+    /// Set by the last durable commit before a graceful stop
+    /// ([`Mds::sync_last`]): every request after it is refused
+    /// (`ErrorCode::Stopping`, sent again by the client to the server
+    /// restarted), so none is answered and then lost.
+    stopped: AtomicBool,
 }
 
 /// A request's view of the open transaction, with the values its changes
@@ -302,6 +320,7 @@ enum Undo {
     Recipe((u64, u64), Option<Vec<u8>>),
     Ref(Vec<u8>, Option<u64>),
     Small(u64, Option<Vec<u8>>),
+    Reply((u64, u64), Option<Vec<u8>>),
 }
 
 fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
@@ -350,6 +369,41 @@ impl Tx<'_> {
     }
     fn w(&self) -> &redb::WriteTransaction {
         self.tx
+    }
+
+    /// The answer kept for request `seq` of `client` (`Request::Once`):
+    /// `Ok(None)` if it was not done, an error if its slot was taken by a
+    /// later request (its answer is lost; doing it again could be wrong).
+    fn reply(&self, client: u64, seq: u64) -> R<Option<Response>> {
+        let t = self.tx.open_table(REPLIES).map_err(db_err)?;
+        let Some(v) = t.get((client, seq % ONCE_SLOTS)).map_err(db_err)? else {
+            return Ok(None);
+        };
+        let v = v.value();
+        let kept = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        match kept {
+            Some(k) if k == seq => postcard::from_bytes(&v[16..])
+                .map(Some)
+                .map_err(|e| (ErrorCode::Io, format!("a kept answer does not decode: {e}"))),
+            Some(k) if k > seq => Err((
+                ErrorCode::Io,
+                format!("request {seq} sent again too late: its answer is no longer kept"),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// Keeps `resp` as the answer to request `seq` of `client`.
+    fn set_reply(&self, client: u64, seq: u64, resp: &Response) -> R<()> {
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(&seq.to_le_bytes());
+        v.extend_from_slice(&now().secs.to_le_bytes());
+        v.extend(postcard::to_stdvec(resp).map_err(|e| (ErrorCode::Io, format!("keeping an answer: {e}")))?);
+        let key = (client, seq % ONCE_SLOTS);
+        let mut t = self.tx.open_table(REPLIES).map_err(db_err)?;
+        let old = t.insert(key, v.as_slice()).map_err(db_err)?.map(|o| o.value().to_vec());
+        self.undo(Undo::Reply(key, old));
+        Ok(())
     }
     fn undo(&self, u: Undo) {
         self.undo.borrow_mut().push(u);
@@ -651,6 +705,13 @@ impl Tx<'_> {
                         None => drop(t.remove(k).map_err(db_err)?),
                     }
                 }
+                Undo::Reply(k, v) => {
+                    let mut t = tx.open_table(REPLIES).map_err(db_err)?;
+                    match v {
+                        Some(v) => drop(t.insert(k, v.as_slice()).map_err(db_err)?),
+                        None => drop(t.remove(k).map_err(db_err)?),
+                    }
+                }
             }
         }
         Ok(())
@@ -672,6 +733,7 @@ impl Mds {
             open: parking_lot::Mutex::new(None),
             changed: parking_lot::Mutex::new(Vec::new()),
             one_op: parking_lot::Mutex::new(()),
+            stopped: AtomicBool::new(false),
         };
         mds.write(|tx| {
             // Every table exists from the start, so lookups (read
@@ -682,6 +744,7 @@ impl Mds {
             w.open_table(META).map_err(db_err)?;
             w.open_table(CLUSTER).map_err(db_err)?;
             w.open_table(SMALL).map_err(db_err)?;
+            w.open_table(REPLIES).map_err(db_err)?;
             if tx.get(ROOT).is_err() {
                 let t = now();
                 tx.put(&Inode {
@@ -740,6 +803,9 @@ impl Mds {
     /// fails has what it changed put back, so it leaves nothing behind.
     fn write<T>(&self, f: impl FnOnce(&Tx) -> R<T>) -> R<T> {
         let mut open = self.open.lock();
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err((ErrorCode::Stopping, "the metadata server is stopping".into()));
+        }
         if open.is_none() {
             *open = Some(self.begin()?);
         }
@@ -972,7 +1038,24 @@ impl Mds {
     /// since the last durable commit are lost, as in a crash, and the
     /// caller (a client's `fsync`) gets the error.
     fn sync(&self) -> R<Response> {
+        self.commit(false)
+    }
+
+    /// The last durable commit, before a graceful stop: no request is
+    /// done after it ([`Mds::stopped`]).
+    fn sync_last(&self) -> R<Response> {
+        self.commit(true)
+    }
+
+    /// Commits the open transaction durably, between requests (a request
+    /// run by [`MdsHandler::leased`] commits whole with the answer it
+    /// keeps, `Request::Once`); `last`: and refuses every later request.
+    fn commit(&self, last: bool) -> R<Response> {
+        let _one = self.one_op.lock();
         let mut open = self.open.lock();
+        if last {
+            self.stopped.store(true, Ordering::SeqCst);
+        }
         if self.unsynced.swap(false, Ordering::SeqCst) {
             let Some(mut tx) = open.take() else {
                 return Ok(Response::Ok);
@@ -986,6 +1069,43 @@ impl Mds {
             }
         }
         Ok(Response::Ok)
+    }
+
+    /// Keeps `resp` as the answer to `once` (the caller holds `one_op`),
+    /// unless the request was not done (the server is stopping); a failure
+    /// to keep it is logged (a repeat would be done again).
+    fn keep(&self, once: &OnceKey, resp: Response) -> Response {
+        if matches!(&resp, Response::Error(e) if e.code == ErrorCode::Stopping) {
+            return resp;
+        }
+        match self.write(|tx| tx.set_reply(once.client, once.seq, &resp)) {
+            Ok(()) => once.set_kept(),
+            Err((ErrorCode::Stopping, m)) => return Response::error(ErrorCode::Stopping, m),
+            Err((_, e)) => tracing::warn!(
+                "keeping the answer to request {} of client {:x}: {e}",
+                once.seq,
+                once.client
+            ),
+        }
+        resp
+    }
+
+    /// Drops the answers kept for requests made at most once longer ago
+    /// than [`ONCE_KEPT`] (their clients are done with them, or gone).
+    fn prune_replies(&self) -> R<()> {
+        self.prune_replies_before(now().secs - ONCE_KEPT.as_secs() as i64)
+    }
+
+    /// Drops the answers kept before `cutoff` (seconds since the epoch).
+    fn prune_replies_before(&self, cutoff: i64) -> R<()> {
+        self.write(|tx| {
+            let mut t = tx.w().open_table(REPLIES).map_err(db_err)?;
+            t.retain(|_, v| {
+                let kept = v.get(8..16).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes);
+                kept.is_some_and(|k| k >= cutoff)
+            })
+            .map_err(db_err)
+        })
     }
 
     /// The recorded cluster id and data server addresses (none before the first start).
@@ -1632,6 +1752,8 @@ struct MdsHandler(
     /// Who keeps each file unlinked while open, to end those of a node
     /// that died (`parcache gc`).
     Mutex<Orphans>,
+    /// The requests made at most once being done now.
+    InFlight,
 );
 
 /// `n-chance`'s directory (1996 §4), the source of its random picks, and
@@ -1686,7 +1808,7 @@ impl MdsHandler {
     /// Runs a request for node `from` (`None`: a client without leases),
     /// answered once every other node holding a lease on a file it changed
     /// has forgotten it (or its lease ran out).
-    async fn op(&self, from: Option<u64>, req: Request) -> Response {
+    async fn op(&self, from: Option<u64>, once: Option<&OnceKey>, req: Request) -> Response {
         let mds = self.0.clone();
         if req != Request::Sync {
             // A request in the open transaction (pages in memory): tens of
@@ -1707,7 +1829,7 @@ impl MdsHandler {
                 _ => None,
             };
             return self
-                .leased_alone(from, grants, &touched, |m| {
+                .leased_alone(from, grants, &touched, once, |m| {
                     let Some((parent, name, node)) = orphan else {
                         return m.op(req.clone());
                     };
@@ -1750,6 +1872,7 @@ impl MdsHandler {
         from: Option<u64>,
         grants: Option<u64>,
         touched: &Touched,
+        once: Option<&OnceKey>,
         run: impl FnOnce(&Mds) -> R<Response>,
     ) -> Result<(Response, Vec<CallBack>), Vec<CallBack>> {
         let mds = &self.0;
@@ -1760,6 +1883,12 @@ impl MdsHandler {
             return Err(holders);
         }
         let resp = run(mds).unwrap_or_else(|(code, msg)| Response::error(code, msg));
+        // Kept in the request's transaction: no durable commit comes
+        // between (`Mds::commit` waits for `one_op`).
+        let resp = match once {
+            Some(o) => mds.keep(o, resp),
+            None => resp,
+        };
         let mut changed = std::mem::take(&mut *mds.changed.lock());
         let mut leases = self.5.lock();
         changed.sort_unstable();
@@ -1791,10 +1920,11 @@ impl MdsHandler {
         from: Option<u64>,
         grants: Option<u64>,
         touched: &Touched,
+        once: Option<&OnceKey>,
         run: impl Fn(&Mds) -> R<Response>,
     ) -> Response {
         loop {
-            match self.leased(from, grants, touched, &run) {
+            match self.leased(from, grants, touched, once, &run) {
                 Ok((resp, calls)) => {
                     self.forget(calls).await;
                     return resp;
@@ -1810,7 +1940,7 @@ impl MdsHandler {
         let abandoned = self.6.lock().abandoned(self.2.now(), Span::from_secs(older_than_secs));
         let mut ended = Vec::new();
         for handle in abandoned {
-            match self.op(None, Request::Forget { handle }).await {
+            match self.op(None, None, Request::Forget { handle }).await {
                 Response::Attr(_) => ended.push(handle),
                 e @ Response::Error(_) => return e,
                 _ => {}
@@ -1933,13 +2063,13 @@ impl MdsHandler {
     /// is answered, with the file's attributes as they are after, once they
     /// have all answered (or were given up on).
     async fn open(&self, handle: Handle, node: u64, write: bool) -> Response {
-        match self.op(None, Request::GetAttr { handle }).await {
+        match self.op(None, None, Request::GetAttr { handle }).await {
             Response::Attr(a) if a.kind == FileKind::File => {}
             Response::Attr(_) => return Response::error(ErrorCode::Invalid, format!("handle {handle} is not a file")),
             other => return other,
         }
         let cacheable = self.2.open(handle, node, write).await;
-        match self.op(None, Request::GetAttr { handle }).await {
+        match self.op(None, None, Request::GetAttr { handle }).await {
             Response::Attr(attr) => Response::Opened { attr, cacheable },
             other => other,
         }
@@ -2042,8 +2172,44 @@ impl Handler for MdsHandler {
         if let Some(node) = from {
             self.6.lock().node_seen(node);
         }
+        let Request::Once { client, seq, req } = req else {
+            return self.dispatch(from, None, req, data).await;
+        };
+        let once = OnceKey::new(client, seq);
+        let _doing = self.7.enter(&once).await;
+        match self.0.read(|tx| tx.reply(client, seq)) {
+            Ok(Some(resp)) => {
+                tracing::info!("request {seq} of client {client:x} came again: answered as before, not done again");
+                (resp, Bytes::new())
+            }
+            Ok(None) => {
+                let (resp, data) = self.dispatch(from, Some(&once), *req, data).await;
+                if once.is_kept() {
+                    return (resp, data);
+                }
+                // Not a change to the store (`sprite`'s opens, say): kept
+                // after, between other requests.
+                let _one = self.0.one_op.lock();
+                (self.0.keep(&once, resp), data)
+            }
+            Err((code, msg)) => (Response::error(code, msg), Bytes::new()),
+        }
+    }
+}
+
+impl MdsHandler {
+    /// Does a request for node `from` (`None`: a client without leases);
+    /// `once`: made at most once, its answer kept with its change.
+    async fn dispatch(
+        &self,
+        from: Option<u64>,
+        once: Option<&OnceKey>,
+        req: Request,
+        data: Bytes,
+    ) -> (Response, Bytes) {
         let resp = match req {
             Request::As { .. } => Response::error(ErrorCode::BadRequest, "a request made for a node inside another"),
+            Request::Once { .. } => Response::error(ErrorCode::BadRequest, "a request made once inside another"),
             Request::Shutdown => {
                 crate::stop_soon(&self.1);
                 Response::Ok
@@ -2116,7 +2282,7 @@ impl Handler for MdsHandler {
                 ..
             } => {
                 self.2.hold(handle, node);
-                self.op(from, req).await
+                self.op(from, once, req).await
             }
             Request::SyncHolding {
                 handle,
@@ -2141,7 +2307,7 @@ impl Handler for MdsHandler {
                 node,
                 coherence: true,
                 ..
-            } => match self.op(from, req).await {
+            } => match self.op(from, once, req).await {
                 done @ Response::Committed { .. } => {
                     self.2.invalidate(handle, node).await;
                     done
@@ -2162,7 +2328,7 @@ impl Handler for MdsHandler {
                 // calls the node back. Another node holding the directory
                 // is called back first (its unlinks are made).
                 Some(node) => {
-                    self.leased_alone(Some(node), None, &Touched(vec![dir], vec![]), |m| {
+                    self.leased_alone(Some(node), None, &Touched(vec![dir], vec![]), once, |m| {
                         m.read(|tx| tx.dir(dir)).map(|i| {
                             self.5.lock().grant(self.2.now(), node, dir);
                             Response::Attr(i.attr)
@@ -2172,13 +2338,13 @@ impl Handler for MdsHandler {
                 }
             },
             Request::WrittenSmall { handle, size, base } => {
-                self.leased_alone(from, None, &Touched::default(), |m| {
+                self.leased_alone(from, None, &Touched::default(), once, |m| {
                     m.written(handle, size, Some((base, &data)))
                 })
                 .await
             }
             Request::SetXattr { handle, name, flags } => {
-                self.leased_alone(from, None, &Touched::default(), |m| {
+                self.leased_alone(from, None, &Touched::default(), once, |m| {
                     m.set_xattr(handle, name.clone(), flags, &data)
                 })
                 .await
@@ -2191,7 +2357,7 @@ impl Handler for MdsHandler {
                 Some(node) => self.hold_dir(node, dir).await,
             },
             Request::Forget { handle } => {
-                let r = self.op(from, req).await;
+                let r = self.op(from, once, req).await;
                 self.6.lock().ended(handle);
                 r
             }
@@ -2202,7 +2368,7 @@ impl Handler for MdsHandler {
                     Err((code, msg)) => (Response::error(code, msg), Bytes::new()),
                 }
             }
-            req => self.op(from, req).await,
+            req => self.op(from, once, req).await,
         };
         (resp, Bytes::new())
     }
@@ -2520,17 +2686,25 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
         }),
         Mutex::new(Leases::new()),
         Mutex::new(orphans),
+        InFlight::default(),
     ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());
         tokio::spawn(async move {
-            loop {
+            for round in 1u64.. {
                 tokio::select! {
                     _ = tokio::time::sleep(SYNC_EVERY) => {}
                     _ = stopped.changed() => return,
                 }
                 let m = mds.clone();
-                if let Ok(Err((_, e))) = tokio::task::spawn_blocking(move || m.sync()).await {
+                let prune = round % 60 == 0;
+                let done = tokio::task::spawn_blocking(move || {
+                    if prune {
+                        m.prune_replies()?;
+                    }
+                    m.sync()
+                });
+                if let Ok(Err((_, e))) = done.await {
                     tracing::error!("{e}");
                 }
             }
@@ -2541,7 +2715,7 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     let served = Box::pin(async move {
         serving.await;
         syncer.abort();
-        tokio::task::spawn_blocking(move || mds.sync())
+        tokio::task::spawn_blocking(move || mds.sync_last())
             .await
             .map_err(io::Error::other)?
             .map_err(|(_, e)| io::Error::other(e))?;
@@ -2771,6 +2945,67 @@ mod tests {
             Err((ErrorCode::NotFound, _)) => None,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Nothing is done after the last commit before a graceful stop: a
+    /// request then is refused as not done (the client sends it again to
+    /// the server restarted), so none is answered and then lost.
+    #[test]
+    fn nothing_is_done_after_the_last_commit_before_a_stop() {
+        let cfg = config("stop");
+        let m = Mds::open(&cfg).unwrap();
+        let kept = create(&m, "kept");
+        m.sync_last().unwrap();
+        let late = m.op(Request::Create {
+            parent: ROOT,
+            name: b"late".to_vec(),
+            mode: 0o644,
+            exclusive: true,
+        });
+        assert!(matches!(late, Err((ErrorCode::Stopping, _))), "{late:?}");
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(lookup(&m, "kept"), Some(kept));
+        assert_eq!(lookup(&m, "late"), None);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// An answer kept for a request made at most once is found by its
+    /// client and number only, lasts through a durable commit and a
+    /// restart, and is undone with a failed request; a request whose slot
+    /// a later one of its client took is refused, not done again.
+    #[test]
+    fn kept_answers_are_found_by_client_and_number() {
+        let cfg = config("once");
+        let m = Mds::open(&cfg).unwrap();
+        let answer = Response::Attr(Attr::empty(42, FileKind::File));
+        m.write(|tx| tx.set_reply(9, 5, &answer)).unwrap();
+        assert_eq!(m.read(|tx| tx.reply(9, 5)).unwrap(), Some(answer.clone()));
+        assert_eq!(m.read(|tx| tx.reply(9, 6)).unwrap(), None, "another number");
+        assert_eq!(m.read(|tx| tx.reply(8, 5)).unwrap(), None, "another client");
+        // Kept with a request that fails: undone with it.
+        let failed: R<()> = m.write(|tx| {
+            tx.set_reply(9, 6, &Response::Ok)?;
+            Err((ErrorCode::Io, "planted".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(m.read(|tx| tx.reply(9, 6)).unwrap(), None, "kept by a failed request");
+        m.sync().unwrap();
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(m.read(|tx| tx.reply(9, 5)).unwrap(), Some(answer), "after a restart");
+        m.write(|tx| tx.set_reply(9, 5 + ONCE_SLOTS, &Response::Ok)).unwrap();
+        assert!(
+            m.read(|tx| tx.reply(9, 5)).is_err(),
+            "its slot taken by a later request"
+        );
+        assert_eq!(m.read(|tx| tx.reply(9, 5 + ONCE_SLOTS)).unwrap(), Some(Response::Ok));
+        // Pruning keeps what is recent, and drops what is older.
+        m.prune_replies().unwrap();
+        assert_eq!(m.read(|tx| tx.reply(9, 5 + ONCE_SLOTS)).unwrap(), Some(Response::Ok));
+        m.prune_replies_before(now().secs + 1).unwrap();
+        assert_eq!(m.read(|tx| tx.reply(9, 5 + ONCE_SLOTS)).unwrap(), None);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
     /// Requests share one open transaction, so a request that fails after
