@@ -897,9 +897,11 @@ async fn a_request_sent_again_is_answered_not_done_twice() {
         mode: 0o644,
         exclusive: true,
     };
-    let once = |seq: u64, req: Request| Request::Once {
+    // The first send of request `seq`, or (`repeat`) one sent again.
+    let once = |seq: u64, repeat: bool, req: Request| Request::Once {
         client: 0x5eed,
         seq,
+        repeat,
         req: Box::new(req),
     };
     let handle_of = |r: Response| match r {
@@ -912,21 +914,21 @@ async fn a_request_sent_again_is_answered_not_done_twice() {
     let again = plain.call(&create("plain"), &[]).await.unwrap().0;
     assert!(matches!(again, Response::Error(_)), "{again:?}");
 
-    let first = handle_of(conn().await.call(&once(1, create("f")), &[]).await.unwrap().0);
-    let repeat = conn().await.call(&once(1, create("f")), &[]).await.unwrap().0;
+    let first = handle_of(conn().await.call(&once(1, false, create("f")), &[]).await.unwrap().0);
+    let repeat = conn().await.call(&once(1, true, create("f")), &[]).await.unwrap().0;
     assert_eq!(handle_of(repeat), first, "sent again on another connection");
     let unlink = Request::Unlink {
         parent: ROOT,
         name: b"f".to_vec(),
         keep_open: false,
     };
-    let gone = conn().await.call(&once(2, unlink.clone()), &[]).await.unwrap().0;
+    let gone = conn().await.call(&once(2, false, unlink.clone()), &[]).await.unwrap().0;
     assert!(matches!(gone, Response::Unlinked { .. }), "{gone:?}");
 
     stop_and_restart_mds(&c);
-    let repeat = conn().await.call(&once(1, create("f")), &[]).await.unwrap().0;
+    let repeat = conn().await.call(&once(1, true, create("f")), &[]).await.unwrap().0;
     assert_eq!(handle_of(repeat), first, "sent again after a graceful restart");
-    let gone = conn().await.call(&once(2, unlink), &[]).await.unwrap().0;
+    let gone = conn().await.call(&once(2, true, unlink), &[]).await.unwrap().0;
     assert!(
         matches!(gone, Response::Unlinked { .. }),
         "an unlink sent again after a restart: {gone:?}"
@@ -944,9 +946,9 @@ async fn a_request_sent_again_is_answered_not_done_twice() {
     // A create lost in a crash (its commit not yet made) is done again;
     // one committed before the kill is answered as before. Either way
     // the file is there after.
-    let lost = handle_of(conn().await.call(&once(3, create("g")), &[]).await.unwrap().0);
+    let lost = handle_of(conn().await.call(&once(3, false, create("g")), &[]).await.unwrap().0);
     restart_mds(&c);
-    let again = handle_of(conn().await.call(&once(3, create("g")), &[]).await.unwrap().0);
+    let again = handle_of(conn().await.call(&once(3, true, create("g")), &[]).await.unwrap().0);
     let looked = conn().await.call(&lookup("g"), &[]).await.unwrap().0;
     match looked {
         Response::Attr(a) => assert_eq!(a.handle, again),

@@ -170,29 +170,34 @@ impl Peer {
     }
 
     async fn send(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
-        let once;
-        let req = match self.once.load(Ordering::SeqCst) {
+        let once = match self.once.load(Ordering::SeqCst) {
             client if client != 0 && !req.is_idempotent() => {
-                once = Request::Once {
+                Some((client, self.seq.fetch_add(1, Ordering::SeqCst) + 1))
+            }
+            _ => None,
+        };
+        // Made at most once: sent again marked as a repeat (the server
+        // looks for its kept answer only then).
+        let made = |repeat: bool| {
+            let req = match once {
+                Some((client, seq)) => Request::Once {
                     client,
-                    seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+                    seq,
+                    repeat,
                     req: Box::new(req.clone()),
-                };
-                &once
-            }
-            _ => req,
-        };
-        let wrapped;
-        let req = match self.node.load(Ordering::SeqCst) {
-            0 => req,
-            node => {
-                wrapped = Request::As {
+                },
+                None => req.clone(),
+            };
+            match self.node.load(Ordering::SeqCst) {
+                0 => req,
+                node => Request::As {
                     node,
-                    req: Box::new(req.clone()),
-                };
-                &wrapped
+                    req: Box::new(req),
+                },
             }
         };
+        let first = made(false);
+        let again = once.map(|_| made(true));
         let retries = self.retries.load(Ordering::Relaxed);
         let mut last = String::new();
         for attempt in 0..retries {
@@ -206,6 +211,10 @@ impl Peer {
                     last = e.to_string();
                     continue;
                 }
+            };
+            let req = match &again {
+                Some(again) if attempt > 0 => again,
+                _ => &first,
             };
             match conn.call_with(req, data).await {
                 // Not done: the server is stopping (a restart, say).

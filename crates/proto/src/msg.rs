@@ -626,10 +626,12 @@ pub enum Request {
     /// again with the same `client` (its random id) and `seq` after a lost
     /// connection, and a repeat of one already done is answered with the
     /// first answer, kept with the change it made (a duplicate request
-    /// cache, as NFSv4.1's sessions give, RFC 8881 §2.10.6). Inside `As`.
+    /// cache, as NFSv4.1's sessions give, RFC 8881 §2.10.6). `repeat`:
+    /// sent before (only then is a kept answer looked for). Inside `As`.
     Once {
         client: u64,
         seq: u64,
+        repeat: bool,
         req: Box<Request>,
     },
 }

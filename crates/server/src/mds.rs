@@ -2172,12 +2172,22 @@ impl Handler for MdsHandler {
         if let Some(node) = from {
             self.6.lock().node_seen(node);
         }
-        let Request::Once { client, seq, req } = req else {
+        let Request::Once {
+            client,
+            seq,
+            repeat,
+            req,
+        } = req
+        else {
             return self.dispatch(from, None, req, data).await;
         };
         let once = OnceKey::new(client, seq);
         let _doing = self.7.enter(&once).await;
-        match self.0.read(|tx| tx.reply(client, seq)) {
+        let kept = match self.7.must_look(&once, repeat) {
+            true => self.0.read(|tx| tx.reply(client, seq)),
+            false => Ok(None),
+        };
+        match kept {
             Ok(Some(resp)) => {
                 tracing::info!("request {seq} of client {client:x} came again: answered as before, not done again");
                 (resp, Bytes::new())

@@ -13,7 +13,7 @@
 //! waits for it to finish, then finds its answer.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -45,9 +45,14 @@ impl OnceKey {
     }
 }
 
-/// The requests made at most once that are being done now.
+/// The requests made at most once that are being done now, and those sent
+/// again lately.
 #[derive(Default)]
-pub(crate) struct InFlight(Mutex<HashMap<(u64, u64), Arc<Notify>>>);
+pub(crate) struct InFlight(Mutex<HashMap<(u64, u64), Arc<Notify>>>, Mutex<HashSet<(u64, u64)>>);
+
+/// Repeats remembered, at most (all are forgotten past it): a first copy
+/// comes within moments of its repeat, if at all.
+const REPEATS: usize = 4096;
 
 /// A request being done; dropped when it is done, waking its repeats.
 pub(crate) struct Doing<'a> {
@@ -75,6 +80,25 @@ impl InFlight {
             };
             wait.await;
         }
+    }
+}
+
+impl InFlight {
+    /// Whether the request must look for its kept answer: it is a repeat
+    /// (`repeat`, noted here), or its repeat came first. (A first copy
+    /// read on a connection that then broke may start after its repeat
+    /// on a new one is done; only repeats look otherwise.)
+    pub fn must_look(&self, key: &OnceKey, repeat: bool) -> bool {
+        let mut r = self.1.lock();
+        let k = (key.client, key.seq);
+        if repeat {
+            if r.len() >= REPEATS {
+                r.clear();
+            }
+            r.insert(k);
+            return true;
+        }
+        r.contains(&k)
     }
 }
 
@@ -109,5 +133,17 @@ mod tests {
             .await
             .expect("the repeat goes ahead once the first copy is done")
             .unwrap();
+    }
+
+    /// Repeats look for their kept answers, and so does a first copy
+    /// that comes after its repeat; other first copies do not.
+    #[test]
+    fn a_first_copy_after_its_repeat_looks_for_the_answer() {
+        let set = InFlight::default();
+        assert!(!set.must_look(&OnceKey::new(7, 1), false));
+        assert!(set.must_look(&OnceKey::new(7, 1), true));
+        assert!(set.must_look(&OnceKey::new(7, 1), false), "the first copy, late");
+        assert!(!set.must_look(&OnceKey::new(7, 2), false));
+        assert!(!set.must_look(&OnceKey::new(8, 1), false));
     }
 }
