@@ -164,7 +164,27 @@ fn port_of(addr: &str) -> Option<u16> {
     addr.rsplit_once(':')?.1.parse().ok()
 }
 
+/// Marks every descriptor this process inherited past standard error
+/// close-on-exec, so the daemons `up` starts do not keep them open (a
+/// shell's file on a mount kept it from being unmounted; a caller's pipe
+/// would never see its end).
+fn no_inherited_descriptors() {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for fd in fds
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        if fd > 2 {
+            // The directory read here is among them (already close-on-exec).
+            let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+        }
+    }
+}
+
 pub fn up(a: UpArgs) -> Result<()> {
+    no_inherited_descriptors();
     let dir = &a.data;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let old = if cluster_file(dir).exists() {

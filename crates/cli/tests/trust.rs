@@ -1013,3 +1013,40 @@ async fn requests_in_flight_outlive_a_graceful_restart_of_the_metadata_server() 
         assert_eq!(names, vec![format!("f{}", made - 1)], "stream {s}");
     }
 }
+
+/// `up` does not pass its caller's open descriptors on to the daemons it
+/// starts. (A shell holding a file on a mount open while it ran `up` to
+/// restart a server left the new server holding that file, and the mount
+/// could not be unmounted until the server stopped.)
+#[test]
+fn up_does_not_pass_its_callers_descriptors_on() {
+    let dir = common::scratch("trust-fds");
+    std::fs::create_dir_all(&dir).unwrap();
+    let held = dir.join("held-by-the-caller");
+    std::fs::write(&held, b"x").unwrap();
+    let data = dir.join("cluster");
+    let script = format!(
+        "exec 7<'{}'; exec '{}' up --data '{}' --iods 1",
+        held.display(),
+        env!("CARGO_BIN_EXE_parcache"),
+        data.display()
+    );
+    let st = Command::new("bash").args(["-c", &script]).status().unwrap();
+    assert!(st.success());
+    let c = Cluster { dir: data };
+    let pids = c.pids();
+    assert_eq!(pids.len(), 2, "a metadata server and a data server");
+    for pid in pids {
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+            let to = std::fs::read_link(fd.path()).unwrap_or_default();
+            assert_ne!(
+                to,
+                held,
+                "daemon {pid} holds the caller's descriptor {:?}",
+                fd.file_name()
+            );
+        }
+    }
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -321,6 +321,14 @@ impl Fs {
                         }
                     }
                 }
+                // Gone already: its creation was lost in a crash of the
+                // server (the last second before it), as documented.
+                Ok((Response::Error(e), _)) if e.code == parcache_proto::ErrorCode::NotFound => {
+                    tracing::warn!(
+                        "the unlink of '{}' answered before the metadata server had it found no such name there (made in the last second before a crash of the server?)",
+                        show_name(&name)
+                    );
+                }
                 Ok((other, _)) => {
                     tracing::error!(
                         "the unlink of '{}' answered before the metadata server had it failed there: {other:?}",
