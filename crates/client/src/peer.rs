@@ -76,7 +76,8 @@ impl Peer {
 
     /// Makes every later request that is not idempotent one the server
     /// does at most once (`Request::Once`, which the metadata server
-    /// knows), so that it too is sent again after a lost connection.
+    /// knows; [`Request::wants_once`]), so that it too is sent again after
+    /// a lost connection.
     pub fn exactly_once(&self) {
         self.once.store(parcache_proto::random_u64() | 1, Ordering::SeqCst);
     }
@@ -171,9 +172,7 @@ impl Peer {
 
     async fn send(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
         let once = match self.once.load(Ordering::SeqCst) {
-            client if client != 0 && !req.is_idempotent() => {
-                Some((client, self.seq.fetch_add(1, Ordering::SeqCst) + 1))
-            }
+            client if client != 0 && req.wants_once() => Some((client, self.seq.fetch_add(1, Ordering::SeqCst) + 1)),
             _ => None,
         };
         // Made at most once: sent again marked as a repeat (the server

@@ -973,6 +973,15 @@ impl Request {
         )
     }
 
+    /// Whether a client sends the request to the metadata server made at
+    /// most once (`Once`, so it is sent again after a lost connection):
+    /// one that is not idempotent, except the cooperative tier's hints
+    /// (a lookup or an eviction lost costs a block read from the data
+    /// servers, not a wrong answer, and they come at every miss).
+    pub fn wants_once(&self) -> bool {
+        !self.is_idempotent() && !matches!(self, Request::TierLookup { .. } | Request::TierEvicted { .. })
+    }
+
     /// Whether doing the request twice leaves the same result as doing it
     /// once, so a client may send it again after a lost connection.
     pub fn is_idempotent(&self) -> bool {
@@ -1050,5 +1059,45 @@ impl Response {
             code,
             message: message.into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Requests not idempotent are made at most once, but for the
+    /// cooperative tier's hints; idempotent ones are sent again as they are.
+    #[test]
+    fn which_requests_are_made_at_most_once() {
+        let create = Request::Create {
+            parent: ROOT,
+            name: b"f".to_vec(),
+            mode: 0o644,
+            exclusive: true,
+        };
+        assert!(create.wants_once());
+        assert!(Request::Close {
+            handle: 2,
+            node: 1,
+            write: false
+        }
+        .wants_once());
+        assert!(!Request::GetAttr { handle: 2 }.wants_once());
+        let evicted = Request::TierEvicted {
+            handle: 2,
+            index: 0,
+            node: 1,
+            n: 2,
+            recirculations: 0,
+        };
+        assert!(!evicted.wants_once() && !evicted.is_idempotent());
+        let once = Request::Once {
+            client: 1,
+            seq: 1,
+            repeat: false,
+            req: Box::new(create),
+        };
+        assert!(once.is_idempotent() && !once.wants_once());
     }
 }
