@@ -120,6 +120,29 @@ const INCARNATION_RESERVE: u64 = 16;
 /// not yet reserved.
 const HANDLES_RESERVED: &str = "handles-reserved";
 
+/// A file of [`SPACE_RESERVE_BYTES`] in the metadata server's directory,
+/// deleted at each start before the store's first durable commit and
+/// written again after: a full disk (the data servers' parts fill it) still
+/// has room for the pages that commit writes, so the server starts.
+const SPACE_RESERVE: &str = "space-reserve";
+const SPACE_RESERVE_BYTES: usize = 1 << 20;
+
+/// Writes the space reserve again (its bytes, so the disk holds them); on
+/// a full disk, leaves none and says so (the next start has less room).
+fn keep_space_reserve(dir: &std::path::Path) {
+    let path = dir.join(SPACE_RESERVE);
+    if path.exists() {
+        return;
+    }
+    if let Err(e) = std::fs::write(&path, vec![0u8; SPACE_RESERVE_BYTES]) {
+        let _ = std::fs::remove_file(&path);
+        tracing::warn!(
+            "could not keep {} ({e}): a restart on a full disk may fail until space is freed",
+            path.display()
+        );
+    }
+}
+
 /// The first handle not reserved yet (0 if nothing was ever reserved).
 fn reserved_handles(dir: &std::path::Path) -> io::Result<u64> {
     let p = dir.join(HANDLES_RESERVED);
@@ -2667,8 +2690,11 @@ async fn check_data_servers(mds: &Mds, cfg: &MdsConfig) -> io::Result<()> {
 /// Opens the metadata store and binds. Await `served` to run.
 pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
     let lock = crate::lock_dir(&cfg.data_dir, "metadata server")?;
+    // Room for the durable commits of the start, on a full disk too.
+    let _ = std::fs::remove_file(cfg.data_dir.join(SPACE_RESERVE));
     let mds = Arc::new(Mds::open(&cfg)?);
     check_data_servers(&mds, &cfg).await?;
+    keep_space_reserve(&cfg.data_dir);
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
