@@ -86,6 +86,33 @@ const ONCE_SLOTS: u64 = 1024;
 /// Kept answers older than this are dropped ([`Mds::prune_replies`]): a
 /// client sends a request again within seconds of losing it.
 const ONCE_KEPT: Duration = Duration::from_secs(600);
+
+/// A kept answer's record in [`REPLIES`] for request `seq`.
+fn answer_record(seq: u64, resp: &Response) -> R<Vec<u8>> {
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(&now().secs.to_le_bytes());
+    v.extend(postcard::to_stdvec(resp).map_err(|e| (ErrorCode::Io, format!("keeping an answer: {e}")))?);
+    Ok(v)
+}
+
+/// The answer to request `seq` in record `v` of its slot: `Ok(None)` if
+/// the slot holds an earlier request's (this one was not done), an error
+/// if a later request took it (its answer is lost; doing it again could
+/// be wrong).
+fn answer_in(v: &[u8], seq: u64) -> R<Option<Response>> {
+    let kept = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+    match kept {
+        Some(k) if k == seq => postcard::from_bytes(&v[16..])
+            .map(Some)
+            .map_err(|e| (ErrorCode::Io, format!("a kept answer does not decode: {e}"))),
+        Some(k) if k > seq => Err((
+            ErrorCode::Io,
+            format!("request {seq} sent again too late: its answer is no longer kept"),
+        )),
+        _ => Ok(None),
+    }
+}
 /// Hashes one `Hashes` request may ask for.
 const HASHES_MAX: u64 = 1 << 16;
 /// Chunks a recipe may have (at 16 KiB, 64 TiB).
@@ -323,6 +350,11 @@ struct Mds {
     /// (`ErrorCode::Stopping`, sent again by the client to the server
     /// restarted), so none is answered and then lost.
     stopped: AtomicBool,
+    /// Answers to requests made at most once kept since the last durable
+    /// commit (slot → record, [`answer_record`]): written into the store
+    /// by the next commit, in its transaction, so they last exactly as
+    /// long as the changes they answer; dropped with those changes.
+    answers: parking_lot::Mutex<HashMap<(u64, u64), Vec<u8>>>,
 }
 
 /// A request's view of the open transaction, with the values its changes
@@ -343,7 +375,6 @@ enum Undo {
     Recipe((u64, u64), Option<Vec<u8>>),
     Ref(Vec<u8>, Option<u64>),
     Small(u64, Option<Vec<u8>>),
-    Reply((u64, u64), Option<Vec<u8>>),
 }
 
 fn inode_in(t: &impl ReadableTable<u64, &'static [u8]>, h: Handle) -> R<Inode> {
@@ -394,39 +425,14 @@ impl Tx<'_> {
         self.tx
     }
 
-    /// The answer kept for request `seq` of `client` (`Request::Once`):
-    /// `Ok(None)` if it was not done, an error if its slot was taken by a
-    /// later request (its answer is lost; doing it again could be wrong).
+    /// The answer kept in the store for request `seq` of `client`
+    /// ([`answer_in`]).
     fn reply(&self, client: u64, seq: u64) -> R<Option<Response>> {
         let t = self.tx.open_table(REPLIES).map_err(db_err)?;
         let Some(v) = t.get((client, seq % ONCE_SLOTS)).map_err(db_err)? else {
             return Ok(None);
         };
-        let v = v.value();
-        let kept = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
-        match kept {
-            Some(k) if k == seq => postcard::from_bytes(&v[16..])
-                .map(Some)
-                .map_err(|e| (ErrorCode::Io, format!("a kept answer does not decode: {e}"))),
-            Some(k) if k > seq => Err((
-                ErrorCode::Io,
-                format!("request {seq} sent again too late: its answer is no longer kept"),
-            )),
-            _ => Ok(None),
-        }
-    }
-
-    /// Keeps `resp` as the answer to request `seq` of `client`.
-    fn set_reply(&self, client: u64, seq: u64, resp: &Response) -> R<()> {
-        let mut v = Vec::with_capacity(64);
-        v.extend_from_slice(&seq.to_le_bytes());
-        v.extend_from_slice(&now().secs.to_le_bytes());
-        v.extend(postcard::to_stdvec(resp).map_err(|e| (ErrorCode::Io, format!("keeping an answer: {e}")))?);
-        let key = (client, seq % ONCE_SLOTS);
-        let mut t = self.tx.open_table(REPLIES).map_err(db_err)?;
-        let old = t.insert(key, v.as_slice()).map_err(db_err)?.map(|o| o.value().to_vec());
-        self.undo(Undo::Reply(key, old));
-        Ok(())
+        answer_in(v.value(), seq)
     }
     fn undo(&self, u: Undo) {
         self.undo.borrow_mut().push(u);
@@ -728,13 +734,6 @@ impl Tx<'_> {
                         None => drop(t.remove(k).map_err(db_err)?),
                     }
                 }
-                Undo::Reply(k, v) => {
-                    let mut t = tx.open_table(REPLIES).map_err(db_err)?;
-                    match v {
-                        Some(v) => drop(t.insert(k, v.as_slice()).map_err(db_err)?),
-                        None => drop(t.remove(k).map_err(db_err)?),
-                    }
-                }
             }
         }
         Ok(())
@@ -757,6 +756,7 @@ impl Mds {
             changed: parking_lot::Mutex::new(Vec::new()),
             one_op: parking_lot::Mutex::new(()),
             stopped: AtomicBool::new(false),
+            answers: parking_lot::Mutex::new(HashMap::new()),
         };
         mds.write(|tx| {
             // Every table exists from the start, so lookups (read
@@ -846,6 +846,7 @@ impl Mds {
                 tracing::error!("metadata store: undoing a failed request failed ({e}); the changes since the last durable commit are dropped");
                 drop(tx);
                 *open = None;
+                self.answers.lock().clear();
                 return r;
             }
         } else if changed {
@@ -1079,10 +1080,29 @@ impl Mds {
         if last {
             self.stopped.store(true, Ordering::SeqCst);
         }
-        if self.unsynced.swap(false, Ordering::SeqCst) {
-            let Some(mut tx) = open.take() else {
-                return Ok(Response::Ok);
+        let answered = !self.answers.lock().is_empty();
+        if self.unsynced.swap(false, Ordering::SeqCst) || answered {
+            let mut tx = match open.take() {
+                Some(tx) => tx,
+                None if answered => self.begin()?,
+                None => return Ok(Response::Ok),
             };
+            let answers = std::mem::take(&mut *self.answers.lock());
+            if !answers.is_empty() {
+                let put = |tx: &redb::WriteTransaction| -> R<()> {
+                    let mut t = tx.open_table(REPLIES).map_err(db_err)?;
+                    for (k, v) in &answers {
+                        t.insert(*k, v.as_slice()).map_err(db_err)?;
+                    }
+                    Ok(())
+                };
+                if let Err((code, e)) = put(&tx) {
+                    tracing::error!(
+                        "metadata store: keeping answers failed ({e}); the changes since the last durable commit are lost"
+                    );
+                    return Err((code, e));
+                }
+            }
             tx.set_durability(redb::Durability::Immediate);
             if let Err(e) = tx.commit() {
                 tracing::error!(
@@ -1101,9 +1121,15 @@ impl Mds {
         if matches!(&resp, Response::Error(e) if e.code == ErrorCode::Stopping) {
             return resp;
         }
-        match self.write(|tx| tx.set_reply(once.client, once.seq, &resp)) {
-            Ok(()) => once.set_kept(),
-            Err((ErrorCode::Stopping, m)) => return Response::error(ErrorCode::Stopping, m),
+        if self.stopped.load(Ordering::SeqCst) {
+            return Response::error(ErrorCode::Stopping, "the metadata server is stopping");
+        }
+        match answer_record(once.seq, &resp) {
+            Ok(v) => {
+                self.answers.lock().insert((once.client, once.seq % ONCE_SLOTS), v);
+                self.unsynced.store(true, Ordering::SeqCst);
+                once.set_kept();
+            }
             Err((_, e)) => tracing::warn!(
                 "keeping the answer to request {} of client {:x}: {e}",
                 once.seq,
@@ -1111,6 +1137,15 @@ impl Mds {
             ),
         }
         resp
+    }
+
+    /// The answer kept for request `seq` of `client`: since the last
+    /// durable commit, else in the store.
+    fn kept(&self, client: u64, seq: u64) -> R<Option<Response>> {
+        if let Some(v) = self.answers.lock().get(&(client, seq % ONCE_SLOTS)) {
+            return answer_in(v, seq);
+        }
+        self.read(|tx| tx.reply(client, seq))
     }
 
     /// Drops the answers kept for requests made at most once longer ago
@@ -1906,8 +1941,8 @@ impl MdsHandler {
             return Err(holders);
         }
         let resp = run(mds).unwrap_or_else(|(code, msg)| Response::error(code, msg));
-        // Kept in the request's transaction: no durable commit comes
-        // between (`Mds::commit` waits for `one_op`).
+        // Kept with the request's changes: the next durable commit writes
+        // both, and none comes between (`Mds::commit` waits for `one_op`).
         let resp = match once {
             Some(o) => mds.keep(o, resp),
             None => resp,
@@ -2207,7 +2242,7 @@ impl Handler for MdsHandler {
         let once = OnceKey::new(client, seq);
         let _doing = self.7.enter(&once).await;
         let kept = match self.7.must_look(&once, repeat) {
-            true => self.0.read(|tx| tx.reply(client, seq)),
+            true => self.0.kept(client, seq),
             false => Ok(None),
         };
         match kept {
@@ -3007,40 +3042,49 @@ mod tests {
     }
 
     /// An answer kept for a request made at most once is found by its
-    /// client and number only, lasts through a durable commit and a
-    /// restart, and is undone with a failed request; a request whose slot
-    /// a later one of its client took is refused, not done again.
+    /// client and number only, before and after the durable commit that
+    /// writes it, and through a restart; one kept after the last commit is
+    /// lost with the changes of a crash; a request whose slot a later one
+    /// of its client took is refused, not done again.
     #[test]
     fn kept_answers_are_found_by_client_and_number() {
         let cfg = config("once");
         let m = Mds::open(&cfg).unwrap();
         let answer = Response::Attr(Attr::empty(42, FileKind::File));
-        m.write(|tx| tx.set_reply(9, 5, &answer)).unwrap();
-        assert_eq!(m.read(|tx| tx.reply(9, 5)).unwrap(), Some(answer.clone()));
-        assert_eq!(m.read(|tx| tx.reply(9, 6)).unwrap(), None, "another number");
-        assert_eq!(m.read(|tx| tx.reply(8, 5)).unwrap(), None, "another client");
-        // Kept with a request that fails: undone with it.
-        let failed: R<()> = m.write(|tx| {
-            tx.set_reply(9, 6, &Response::Ok)?;
-            Err((ErrorCode::Io, "planted".into()))
-        });
-        assert!(failed.is_err());
-        assert_eq!(m.read(|tx| tx.reply(9, 6)).unwrap(), None, "kept by a failed request");
+        let keep = |m: &Mds, client: u64, seq: u64, resp: &Response| {
+            let _one = m.one_op.lock();
+            let once = OnceKey::new(client, seq);
+            assert_eq!(&m.keep(&once, resp.clone()), resp);
+            assert!(once.is_kept());
+        };
+        keep(&m, 9, 5, &answer);
+        assert_eq!(m.kept(9, 5).unwrap(), Some(answer.clone()), "before the commit");
+        assert_eq!(m.kept(9, 6).unwrap(), None, "another number");
+        assert_eq!(m.kept(8, 5).unwrap(), None, "another client");
         m.sync().unwrap();
+        assert_eq!(m.kept(9, 5).unwrap(), Some(answer.clone()), "after the commit");
+        // Kept after the last commit: lost in a crash, with the changes.
+        keep(&m, 9, 6, &Response::Ok);
         drop(m);
         let m = Mds::open(&cfg).unwrap();
-        assert_eq!(m.read(|tx| tx.reply(9, 5)).unwrap(), Some(answer), "after a restart");
-        m.write(|tx| tx.set_reply(9, 5 + ONCE_SLOTS, &Response::Ok)).unwrap();
-        assert!(
-            m.read(|tx| tx.reply(9, 5)).is_err(),
-            "its slot taken by a later request"
-        );
-        assert_eq!(m.read(|tx| tx.reply(9, 5 + ONCE_SLOTS)).unwrap(), Some(Response::Ok));
+        assert_eq!(m.kept(9, 5).unwrap(), Some(answer), "after a restart");
+        assert_eq!(m.kept(9, 6).unwrap(), None, "kept after the last commit");
+        keep(&m, 9, 5 + ONCE_SLOTS, &Response::Ok);
+        assert!(m.kept(9, 5).is_err(), "its slot taken by a later request");
+        m.sync().unwrap();
+        assert!(m.kept(9, 5).is_err(), "its slot taken by a later request, committed");
+        assert_eq!(m.kept(9, 5 + ONCE_SLOTS).unwrap(), Some(Response::Ok));
         // Pruning keeps what is recent, and drops what is older.
         m.prune_replies().unwrap();
-        assert_eq!(m.read(|tx| tx.reply(9, 5 + ONCE_SLOTS)).unwrap(), Some(Response::Ok));
+        assert_eq!(m.kept(9, 5 + ONCE_SLOTS).unwrap(), Some(Response::Ok));
         m.prune_replies_before(now().secs + 1).unwrap();
-        assert_eq!(m.read(|tx| tx.reply(9, 5 + ONCE_SLOTS)).unwrap(), None);
+        assert_eq!(m.kept(9, 5 + ONCE_SLOTS).unwrap(), None);
+        // Nothing is kept after the last commit of a stop.
+        m.sync_last().unwrap();
+        let _one = m.one_op.lock();
+        let late = m.keep(&OnceKey::new(9, 7), Response::Ok);
+        assert!(matches!(late, Response::Error(e) if e.code == ErrorCode::Stopping));
+        drop(_one);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
