@@ -15,7 +15,7 @@ use crate::{Fs, FsError, Result};
 use parcache_core::consistency::dir_hold::HOLD;
 use parcache_proto::{show_name, Attr, FileKind, Request, Response};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -48,13 +48,27 @@ pub(crate) struct DirHolds {
 #[derive(Default)]
 struct State {
     held: HashMap<u64, Held>,
-    /// Directories being asked for, and when each was called back last.
-    asking: HashSet<u64>,
+    /// Directories being asked for, each with this node's changes of its
+    /// names answered meanwhile (the listing may or may not show them);
+    /// and when each directory was called back last.
+    asking: HashMap<u64, Noted>,
     recalled: HashMap<u64, Instant>,
     /// When an unlink was last made in each directory.
     unlinked: HashMap<u64, Instant>,
     /// Unlinks answered and not yet done at the metadata server.
     pending: usize,
+}
+
+/// This node's changes of a directory's names answered while it was being
+/// asked for, in order: applied to its listing once held.
+#[derive(Default)]
+struct Noted {
+    /// Each name made (with its file's handle) or removed (`None`).
+    names: Vec<(Vec<u8>, Option<u64>)>,
+    /// The directory's attributes after the last change, if it gave them.
+    attr: Option<Option<Attr>>,
+    /// A change refused or lost: what the directory holds is not known.
+    lost: bool,
 }
 
 /// A directory held: until when, the names in it, and its attributes as
@@ -109,31 +123,38 @@ impl DirHolds {
         let busy = before.is_some_and(|t| now.duration_since(t) < BUSY);
         let held = s.held.get(&dir).is_some_and(|h| now + SLACK < h.until);
         let lately = s.recalled.get(&dir).is_some_and(|&t| now.duration_since(t) < BACK_OFF);
-        if !busy || held || lately || s.asking.contains(&dir) {
+        if !busy || held || lately || s.asking.contains_key(&dir) {
             return false;
         }
-        s.asking.insert(dir);
+        s.asking.insert(dir, Noted::default());
         true
     }
 
     /// The end of asking for `dir`: held from `sent` with `names` and
-    /// `attr`, unless it was called back meanwhile (since `sent`); if not
-    /// held, not asked for again for a while.
+    /// `attr`, with this node's changes answered meanwhile applied, unless
+    /// it was called back meanwhile (since `sent`) or one of those changes
+    /// failed; if not held, not asked for again for a while.
     fn asked(&self, dir: u64, sent: Instant, got: Option<(HashMap<Vec<u8>, u64>, Attr)>) {
         let mut s = self.state.lock();
-        s.asking.remove(&dir);
+        let noted = s.asking.remove(&dir).unwrap_or_default();
         let recalled = s.recalled.get(&dir).is_some_and(|&t| t >= sent);
         match got {
-            Some((names, attr)) if !recalled => {
+            Some((mut names, attr)) if !recalled && !noted.lost => {
                 if s.recalled.len() > 1024 {
                     s.recalled.clear();
+                }
+                for (name, now) in noted.names {
+                    match now {
+                        Some(handle) => drop(names.insert(name, handle)),
+                        None => drop(names.remove(&name)),
+                    }
                 }
                 s.held.insert(
                     dir,
                     Held {
                         until: sent + Duration::from_nanos(HOLD.0),
                         names,
-                        attr: Some(attr),
+                        attr: noted.attr.unwrap_or(Some(attr)),
                     },
                 );
             }
@@ -189,7 +210,7 @@ impl DirHolds {
     /// it is then a callback of the hold.
     fn involved(&self, dir: u64) -> bool {
         let s = self.state.lock();
-        s.held.contains_key(&dir) || s.asking.contains(&dir)
+        s.held.contains_key(&dir) || s.asking.contains_key(&dir)
     }
 
     /// The hold on `dir` was called back (or lost, with the server: every
@@ -204,7 +225,7 @@ impl DirHolds {
             }
             None => {
                 let mut all: Vec<u64> = s.held.drain().map(|(d, _)| d).collect();
-                all.extend(s.asking.iter().copied());
+                all.extend(s.asking.keys().copied());
                 for d in all {
                     s.recalled.insert(d, now);
                 }
@@ -217,7 +238,7 @@ impl DirHolds {
     pub(crate) fn note(&self, req: &Request, resp: Option<&Response>) {
         use Request::*;
         let mut s = self.state.lock();
-        if s.held.is_empty() {
+        if s.held.is_empty() && s.asking.is_empty() {
             return;
         }
         // (directory, name removed from it), (directory, name added).
@@ -245,6 +266,9 @@ impl DirHolds {
             // sure any more.
             for (dir, _) in from.iter().chain(to.iter()) {
                 s.held.remove(dir);
+                if let Some(n) = s.asking.get_mut(dir) {
+                    n.lost = true;
+                }
             }
             return;
         };
@@ -259,20 +283,29 @@ impl DirHolds {
             if let Some(h) = s.held.get_mut(&dir) {
                 moved = h.names.remove(name).unwrap_or(0);
                 h.attr = parent_after.clone();
+            } else if let Some(n) = s.asking.get_mut(&dir) {
+                n.names.push((name.to_vec(), None));
+                n.attr = Some(parent_after.clone());
             }
         }
         if let Some((dir, name)) = to {
+            let handle = match (req, added) {
+                (Rename { .. }, _) => Some(moved),
+                (_, Some(a)) if a.kind != FileKind::Dir => Some(a.handle),
+                _ => None,
+            };
+            // A directory (or a rename of one) is not unlinked.
+            let named = handle.filter(|_| !name.is_empty());
             if let Some(h) = s.held.get_mut(&dir) {
                 h.attr = parent_after;
-                let handle = match (req, added) {
-                    (Rename { .. }, _) => Some(moved),
-                    (_, Some(a)) if a.kind != FileKind::Dir => Some(a.handle),
-                    _ => None,
-                };
-                match handle {
-                    Some(handle) if !name.is_empty() => drop(h.names.insert(name.to_vec(), handle)),
-                    // A directory (or a rename of one) is not unlinked.
-                    _ => drop(h.names.remove(name)),
+                match named {
+                    Some(handle) => drop(h.names.insert(name.to_vec(), handle)),
+                    None => drop(h.names.remove(name)),
+                }
+            } else if let Some(n) = s.asking.get_mut(&dir) {
+                n.attr = Some(parent_after);
+                if !name.is_empty() {
+                    n.names.push((name.to_vec(), named));
                 }
             }
         }
@@ -300,6 +333,18 @@ impl Fs {
             taken = self.holds.take(dir, name, open);
         }
         let Some(attr) = taken else {
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let s = self.holds.state.lock();
+                let h = s.held.get(&dir);
+                tracing::debug!(
+                    "unlink of '{}' not answered before the metadata server has it: {} under way, held {}, name known {:?}, hold left {:?}",
+                    show_name(name),
+                    s.pending,
+                    h.is_some(),
+                    h.map(|h| h.names.get(name)),
+                    h.map(|h| h.until.saturating_duration_since(Instant::now()))
+                );
+            }
             return Ok(None);
         };
         let Some(fs) = self.me.upgrade() else {
@@ -350,15 +395,14 @@ impl Fs {
     async fn hold_dir(&self, dir: u64) -> Result<(HashMap<Vec<u8>, u64>, Attr)> {
         let what = format!("directory {}", self.what(dir));
         self.holds.settled().await;
-        let before = self.mds.changes();
+        // This node's changes of the directory answered from here on (by
+        // other threads: the kernel lets creates and unlinks of other
+        // names through) are noted and applied to the listing, which may
+        // or may not show them; one answered later goes to the hold. (A
+        // failed hold here used to be any change under way, and kept the
+        // directory from being asked for again for 5 seconds.)
         let attr = self.md_attr(&what, Request::HoldDir { dir }).await?;
         let entries = self.list_entries(dir, MOST_NAMES).await?;
-        // A change of this node's under way or made meanwhile (another
-        // directory's, or this one's by a thread the kernel let through):
-        // the listing may not show it.
-        if before.0 != before.1 || self.mds.changes() != before {
-            return Err(FsError::Protocol(format!("{what}: changed while being held")));
-        }
         let entries = entries.ok_or_else(|| FsError::Protocol(format!("{what}: too many names to hold")))?;
         let names = entries
             .into_iter()
@@ -375,6 +419,20 @@ impl Fs {
             self.holds.recalled(Some(handle));
             self.holds.settled().await;
         }
+    }
+
+    /// The mount is going away (after [`Fs::shutdown`]): the metadata
+    /// server drops this node's leases and holds at once (`Leave`), rather
+    /// than calling back a node whose kernel keeps nothing any more and
+    /// waiting for each until it runs out (a process that mounts again
+    /// keeps its old connection open until it ends).
+    pub async fn drop_leases(&self) -> Result<()> {
+        if !self.leasing() {
+            return Ok(());
+        }
+        self.holds_lost();
+        self.md("leave", Request::Leave { node: self.node }).await?;
+        Ok(())
     }
 
     /// The connection to the metadata server was lost: no hold is left.
@@ -494,5 +552,70 @@ mod tests {
         };
         h.note(&unlink, None);
         assert!(h.take(2, b"moved", closed).is_none(), "lost: not held any more");
+    }
+
+    fn create(h: &DirHolds, dir: u64, name: &str, handle: u64) {
+        let req = Request::Create {
+            parent: dir,
+            name: name.as_bytes().to_vec(),
+            mode: 0o644,
+            exclusive: false,
+        };
+        let created = Response::Created {
+            attr: attr(handle, FileKind::File),
+            policies: vec![],
+            parent: Some(attr(dir, FileKind::Dir)),
+        };
+        h.note(&req, Some(&created));
+    }
+
+    /// This node's changes answered while a directory is asked for are
+    /// applied to its listing (which may or may not show them); a failed
+    /// one leaves it not held. (Two threads creating or unlinking in one
+    /// directory used to keep it from being held at all.)
+    #[test]
+    fn changes_made_while_asking_are_applied_to_the_listing() {
+        let h = DirHolds::default();
+        assert!(!h.ask(1) && h.ask(1));
+        let sent = Instant::now();
+        create(&h, 1, "new", 7);
+        create(&h, 1, "listed", 8);
+        let unlink = Request::Unlink {
+            parent: 1,
+            name: b"gone".to_vec(),
+            keep_open: false,
+        };
+        let after = Attr {
+            version: 9,
+            ..attr(1, FileKind::Dir)
+        };
+        let unlinked = Response::Unlinked {
+            parent: after,
+            gone: None,
+        };
+        h.note(&unlink, Some(&unlinked));
+        // The listing shows some of them (made before it) and not others.
+        let listed = HashMap::from([(b"listed".to_vec(), 8), (b"gone".to_vec(), 6), (b"old".to_vec(), 5)]);
+        h.asked(1, sent, Some((listed, attr(1, FileKind::Dir))));
+        assert_eq!(h.take(1, b"gone", closed), None, "unlinked meanwhile");
+        let a = h.take(1, b"new", closed).expect("made meanwhile").expect("attributes");
+        assert_eq!(a.version, 10, "the directory's attributes after the last change noted");
+        assert!(h.take(1, b"listed", closed).is_some());
+        assert!(h.take(1, b"old", closed).is_some());
+
+        assert!(!h.ask(2) && h.ask(2));
+        let sent = Instant::now();
+        h.note(
+            &Request::Create {
+                parent: 2,
+                name: b"x".to_vec(),
+                mode: 0o644,
+                exclusive: true,
+            },
+            None,
+        );
+        h.asked(2, sent, Some((HashMap::new(), attr(2, FileKind::Dir))));
+        assert_eq!(h.take(2, b"x", closed), None, "a change lost meanwhile: not held");
+        assert!(!h.ask(2), "nor asked for again soon");
     }
 }

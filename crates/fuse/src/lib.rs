@@ -506,6 +506,9 @@ impl Filesystem for Mount {
         if let Err(e) = self.rt.block_on(fs.shutdown()) {
             tracing::error!("pushing dirty data at unmount: {e}");
         }
+        if let Err(e) = self.rt.block_on(fs.drop_leases()) {
+            tracing::warn!("giving up this node's leases at unmount: {e}");
+        }
     }
 
     /// The kernel dropped the inode: its names need no callback any more.

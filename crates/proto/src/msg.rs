@@ -416,8 +416,9 @@ pub enum Request {
     },
     /// To the metadata server: the nodes that sent a heartbeat lately.
     Nodes,
-    /// To the metadata server: `node` leaves the tier (an unmount): it is
-    /// no longer listed, and the directory forgets what it held.
+    /// To the metadata server: `node` leaves (an unmount): the tier no
+    /// longer lists it, the tier's directory forgets what it held, and its
+    /// leases and directory holds end.
     Leave {
         node: u64,
     },
