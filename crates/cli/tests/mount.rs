@@ -2383,6 +2383,62 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
     finish(base, cluster, a, b);
 }
 
+/// An unlink answered before the metadata server had it, and sent again
+/// after the server was killed and restarted, removes only the file it
+/// was answered for: not one another node made under the same name
+/// meanwhile (its hold had ended with the old server's connection).
+#[test]
+fn an_unlink_sent_again_after_a_crash_leaves_a_name_made_again_elsewhere() {
+    let (base, cluster, a, b) = two_nodes("unlink-again", "2");
+    let d = cluster.0.to_str().unwrap().to_string();
+    std::fs::create_dir(a.p("d")).unwrap();
+    for i in 0..10 {
+        std::fs::write(a.p(&format!("d/f{i}")), b"a's").unwrap();
+    }
+    // Durable at the metadata server (an fsync commits its changes).
+    std::fs::File::open(a.p("d/f9")).unwrap().sync_all().unwrap();
+    // a's second unlink in a row takes the hold.
+    std::fs::remove_file(a.p("d/f0")).unwrap();
+    std::fs::remove_file(a.p("d/f1")).unwrap();
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    let a_pid = a.child.id() as u64;
+    let pa = a.p("d/f2");
+    // Answered at once; its request waits at the stopped server.
+    while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+        std::fs::remove_file(&pa)?;
+        let sig = |s: &str, p: u64| Command::new("kill").args([s, &p.to_string()]).status().unwrap();
+        // a stops before it can see the server die, and the server dies
+        // with the request unread.
+        sig("-STOP", a_pid);
+        sig("-9", mds_pid);
+        Ok(())
+    })
+    .expect("an unlink in a directory held alone waited for the metadata server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{mds_pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (ok, _, err) = parcache(&["up", "--data", &d]);
+    assert!(ok, "restarting the metadata server: {err}");
+    // b removes the old f2 and makes its own.
+    std::fs::remove_file(b.p("d/f2")).unwrap();
+    std::fs::write(b.p("d/f2"), b"b's new file").unwrap();
+    Command::new("kill")
+        .args(["-CONT", &a_pid.to_string()])
+        .status()
+        .unwrap();
+    // a's next change waits until its unlinks under way are done.
+    std::fs::write(a.p("d/after"), b"x").unwrap();
+    assert_eq!(
+        std::fs::read(b.p("d/f2")).unwrap(),
+        b"b's new file",
+        "b's f2, after a's unlink of the old f2 was sent again"
+    );
+    assert_eq!(std::fs::read(a.p("d/f2")).unwrap(), b"b's new file", "b's f2, on a");
+    assert_eq!(std::fs::read(a.p("d/f3")).unwrap(), b"a's");
+    finish(base, cluster, a, b);
+}
+
 /// A mount reuses its buffers for reads' answers: after reading files full
 /// of other bytes, the holes of a sparse file (block store and
 /// content-addressed) read as zeros, and a short read at a file's end

@@ -921,6 +921,7 @@ async fn a_request_sent_again_is_answered_not_done_twice() {
         parent: ROOT,
         name: b"f".to_vec(),
         keep_open: false,
+        only: None,
     };
     let gone = conn().await.call(&once(2, false, unlink.clone()), &[]).await.unwrap().0;
     assert!(matches!(gone, Response::Unlinked { .. }), "{gone:?}");

@@ -85,9 +85,9 @@ impl DirHolds {
     /// Takes `name` out of held directory `dir` for an unlink answered
     /// now, if this node holds `dir` with time to spare, knows the name
     /// there and `open` says its file is not open here (with the handle,
-    /// or 0 if it is not known); returns the directory's attributes after,
-    /// if known.
-    fn take(&self, dir: u64, name: &[u8], open: impl Fn(u64) -> bool) -> Option<Option<Attr>> {
+    /// or 0 if it is not known); returns the name's file (its handle, 0
+    /// if not known) and the directory's attributes after, if known.
+    fn take(&self, dir: u64, name: &[u8], open: impl Fn(u64) -> bool) -> Option<(u64, Option<Attr>)> {
         let mut s = self.state.lock();
         if s.pending >= MOST_PENDING {
             return None;
@@ -106,7 +106,7 @@ impl DirHolds {
             a.clone()
         });
         s.pending += 1;
-        Some(attr)
+        Some((handle, attr))
     }
 
     /// Whether `dir` is worth asking for now: an unlink there came
@@ -332,7 +332,7 @@ impl Fs {
             self.holds.asked(dir, sent, got.ok());
             taken = self.holds.take(dir, name, open);
         }
-        let Some(attr) = taken else {
+        let Some((file, attr)) = taken else {
             if tracing::enabled!(tracing::Level::DEBUG) {
                 let s = self.holds.state.lock();
                 let h = s.held.get(&dir);
@@ -353,10 +353,14 @@ impl Fs {
         };
         let name = name.to_vec();
         tokio::spawn(async move {
+            // Only the file answered for: sent again after a lost
+            // connection, the hold has ended and another node may have
+            // made the name again.
             let req = Request::Unlink {
                 parent: dir,
                 name: name.clone(),
                 keep_open: false,
+                only: (file != 0).then_some(file),
             };
             match fs.mds.call(&req, &[]).await {
                 Ok((Response::Unlinked { gone, .. }, _)) => {
@@ -366,12 +370,15 @@ impl Fs {
                         }
                     }
                 }
-                // Gone already: its creation was lost in a crash of the
-                // server (the last second before it), as documented.
+                // Gone already (its creation was lost in a crash of the
+                // server, the last second before it, as documented), or
+                // another node made the name again after a lost connection
+                // ended the hold: nothing of this node's to remove.
                 Ok((Response::Error(e), _)) if e.code == parcache_proto::ErrorCode::NotFound => {
                     tracing::warn!(
-                        "the unlink of '{}' answered before the metadata server had it found no such name there (made in the last second before a crash of the server?)",
-                        show_name(&name)
+                        "the unlink of '{}' answered before the metadata server had it removed nothing there: {} (made in the last second before a crash of the server, or again by another node after this one lost the server?)",
+                        show_name(&name),
+                        e.message
                     );
                 }
                 Ok((other, _)) => {
@@ -497,7 +504,9 @@ mod tests {
         held(&h, 1, &[("f", 5), ("g", 6), ("unknown", 0)]);
         assert_eq!(h.take(1, b"g", |x| x == 6), None, "open here");
         assert_eq!(h.take(1, b"unknown", |x| x == 0), None, "maybe open (handle not known)");
-        let a = h.take(1, b"f", closed).expect("taken").expect("attributes known");
+        let (file, a) = h.take(1, b"f", closed).expect("taken");
+        let a = a.expect("attributes known");
+        assert_eq!(file, 5, "the name's file, which the unlink sent carries");
         assert_eq!(a.version, 2);
         assert!(a.mtime > Timestamp::default());
         assert_eq!(h.take(1, b"f", closed), None, "taken once");
@@ -549,6 +558,7 @@ mod tests {
             parent: 2,
             name: b"x".to_vec(),
             keep_open: false,
+            only: None,
         };
         h.note(&unlink, None);
         assert!(h.take(2, b"moved", closed).is_none(), "lost: not held any more");
@@ -584,6 +594,7 @@ mod tests {
             parent: 1,
             name: b"gone".to_vec(),
             keep_open: false,
+            only: None,
         };
         let after = Attr {
             version: 9,
@@ -598,7 +609,9 @@ mod tests {
         let listed = HashMap::from([(b"listed".to_vec(), 8), (b"gone".to_vec(), 6), (b"old".to_vec(), 5)]);
         h.asked(1, sent, Some((listed, attr(1, FileKind::Dir))));
         assert_eq!(h.take(1, b"gone", closed), None, "unlinked meanwhile");
-        let a = h.take(1, b"new", closed).expect("made meanwhile").expect("attributes");
+        let (file, a) = h.take(1, b"new", closed).expect("made meanwhile");
+        let a = a.expect("attributes");
+        assert_eq!(file, 7);
         assert_eq!(a.version, 10, "the directory's attributes after the last change noted");
         assert!(h.take(1, b"listed", closed).is_some());
         assert!(h.take(1, b"old", closed).is_some());

@@ -248,6 +248,7 @@ impl Fs {
             parent,
             name: name.to_vec(),
             keep_open,
+            only: None,
         };
         match self.md(&show_name(name), req).await? {
             Response::Unlinked { gone, parent } => {

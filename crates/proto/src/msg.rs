@@ -201,10 +201,16 @@ pub enum Request {
     /// Remove a name. `keep_open`: the file is open on the asking node, so
     /// when this was its last link it stays (an orphan, no name, its data
     /// kept) until that node's `Forget`, as POSIX keeps an unlinked open file.
+    /// `only`: remove the name only while it names this file, otherwise
+    /// answer `NotFound`. An unlink answered before the server had it
+    /// (under a directory hold) carries it: sent again after a lost
+    /// connection, when the hold has ended, it must not remove a file
+    /// another node made under the name meanwhile.
     Unlink {
         parent: Handle,
         name: Name,
         keep_open: bool,
+        only: Option<Handle>,
     },
     /// The asking node closed an orphan (a file unlinked while open there):
     /// answered with its attributes if it is now gone (its data must go).

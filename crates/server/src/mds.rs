@@ -1405,12 +1405,19 @@ impl Mds {
                 parent,
                 name,
                 keep_open,
+                only,
             } => self.write(|tx| {
                 check_len(&name)?;
                 let mut p = tx.dir(parent)?;
                 let h = tx
                     .entry(parent, &name)?
                     .ok_or((ErrorCode::NotFound, format!("'{}' not found", show_name(&name))))?;
+                if only.is_some_and(|f| f != h) {
+                    return Err((
+                        ErrorCode::NotFound,
+                        format!("'{}' names another file now", show_name(&name)),
+                    ));
+                }
                 let i = tx.get(h)?;
                 if i.attr.kind == FileKind::Dir {
                     return Err((
@@ -1881,6 +1888,8 @@ impl MdsHandler {
                         parent,
                         name,
                         keep_open: true,
+                        only: None,
+                        ..
                     },
                     Some(node),
                 ) => Some((*parent, name, node)),
@@ -2933,10 +2942,40 @@ mod tests {
             parent: ROOT,
             name: b"a".to_vec(),
             keep_open: false,
+            only: None,
         })
         .unwrap();
         let left = m.read(|tx| tx.tx.open_table(SMALL).map_err(db_err)?.len().map_err(db_err));
         assert_eq!(left.unwrap(), 0, "the copy outlived its file");
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// An unlink that names its file (`only`) removes the name only while
+    /// it names that file: one made again under the name stays.
+    #[test]
+    fn an_unlink_of_one_file_leaves_another_made_under_its_name() {
+        let cfg = config("unlink-only");
+        let m = Mds::open(&cfg).unwrap();
+        let old = create(&m, "f");
+        let unlink = |only| {
+            m.op(Request::Unlink {
+                parent: ROOT,
+                name: b"f".to_vec(),
+                keep_open: false,
+                only,
+            })
+        };
+        unlink(None).unwrap();
+        let new = create(&m, "f");
+        assert_ne!(old, new);
+        match unlink(Some(old)) {
+            Err((ErrorCode::NotFound, e)) => assert!(e.contains("another file"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(lookup(&m, "f"), Some(new), "the file made again");
+        unlink(Some(new)).unwrap();
+        assert_eq!(lookup(&m, "f"), None);
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
@@ -3225,12 +3264,14 @@ mod tests {
             parent: ROOT,
             name: b"b".to_vec(),
             keep_open: false,
+            only: None,
         })
         .unwrap();
         m.op(Request::Unlink {
             parent: ROOT,
             name: b"c".to_vec(),
             keep_open: true,
+            only: None,
         })
         .unwrap();
         let ask = |m: &Mds| match m.op(Request::UnknownHandles {
