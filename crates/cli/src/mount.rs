@@ -240,6 +240,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     rt.block_on(fs.join_tier(name.display().to_string(), &a.peer_bind))
         .with_context(|| format!("--peer-bind {}", a.peer_bind))?;
     let mut m = Mount::new(fs.clone(), rt.handle().clone());
+    let farewell = m.farewell();
     if let Some(r) = &recorder {
         m = m.with_recorder(r.clone());
     }
@@ -268,15 +269,21 @@ pub fn mount(a: MountArgs) -> Result<()> {
     } else {
         drop(session); // unmounts and ends the session
     }
-    // Out of the tier first (peers stop placing blocks here), then push
-    // what this node holds dirty, its own and its peers'.
-    if let Err(e) = rt.block_on(fs.leave_tier()) {
-        tracing::warn!("leaving the cooperative tier: {e}");
+    // The session's end does the last work (leave the tier, push dirty
+    // data, give up leases); this waits for its outcome. A mount the
+    // kernel would not unmount (busy) keeps its session going: after
+    // `SESSION_END` this process does the work itself and exits.
+    let asked = std::time::Instant::now();
+    while !farewell.begun() && asked.elapsed() < SESSION_END {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    rt.block_on(fs.shutdown())?;
+    let pushed = farewell.run(rt.handle());
     if let (Some(r), Some(p)) = (&recorder, &a.record) {
         r.flush();
         eprintln!("parcache: trace recorded in {}", p.display());
     }
-    Ok(())
+    pushed.map_err(|e| anyhow::anyhow!("pushing dirty data at unmount: {e}"))
 }
+
+/// How long a stopping mount waits for its session to end once unmounted.
+const SESSION_END: std::time::Duration = std::time::Duration::from_secs(2);

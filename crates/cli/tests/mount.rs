@@ -324,6 +324,85 @@ fn up_mounts_and_down_unmounts() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A mount stopped with SIGTERM pushes its dirty data and exits 0; one
+/// whose servers all died meanwhile exits with the error naming what it
+/// could not reach, having tried once. Before, the session's end and the
+/// process's stop each did the last work, side by side: every warning came
+/// twice, and the runtime was shut down under the session thread still at
+/// work (a panic at exit).
+#[test]
+fn a_mount_stopped_with_sigterm_pushes_its_data_or_says_why_not_once() {
+    let (base, cluster) = up("sigterm", "2");
+    let d = cluster.0.to_str().unwrap();
+    let write_back = |dir: &str| {
+        let (ok, _, err) = parcache(&[
+            "policy",
+            "set",
+            "--data",
+            d,
+            &format!("pc:/{dir}"),
+            "write=write-back",
+            "consistency=none",
+        ]);
+        assert!(ok, "{err}");
+    };
+    let sigterm = |m: &mut Mounted| {
+        Command::new("kill")
+            .args(["-TERM", &m.child.id().to_string()])
+            .status()
+            .unwrap();
+        let t = Instant::now();
+        loop {
+            if let Some(s) = m.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the mount did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // Servers up: the dirty bytes reach them, and the mount exits 0.
+    let log = base.join("a.log");
+    let mut a = Mounted::logging(&cluster.0, base.join("a"), Some(&log));
+    std::fs::create_dir(a.p("w")).unwrap();
+    write_back("w");
+    std::fs::write(a.p("w/kept"), b"pushed at SIGTERM").unwrap();
+    let s = sigterm(&mut a);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(s.success(), "the mount exited with {s}: {text}");
+    assert!(!mounted(&a.at), "SIGTERM unmounts");
+    let (ok, out, err) = parcache(&["cat", "--data", d, "pc:/w/kept"]);
+    assert!(ok && out == "pushed at SIGTERM", "{out}{err}");
+
+    // Every server killed: the mount says what it could not push, once.
+    let log = base.join("b.log");
+    let mut b = Mounted::logging(&cluster.0, base.join("b"), Some(&log));
+    std::fs::write(b.p("w/lost"), b"nowhere to go").unwrap();
+    for p in cluster_pids(&cluster.0) {
+        Command::new("kill").args(["-9", &p.to_string()]).status().unwrap();
+    }
+    let s = sigterm(&mut b);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !s.success(),
+        "a mount that could not push its dirty data exits 0: {text}"
+    );
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(
+        text.matches("pushing dirty data at unmount").count(),
+        2,
+        "once in the log, once as the process's error: {text}"
+    );
+    assert!(text.matches("leaving the cooperative tier").count() <= 1, "{text}");
+    assert!(!mounted(&b.at), "SIGTERM unmounts");
+    drop((a, b));
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// fsx-style: random writes, reads, truncates, fsyncs and writes and reads
 /// through a shared memory mapping on one file
 /// through the mount, checked against an in-memory model, under every

@@ -27,8 +27,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod farewell;
 mod leases;
 mod recorder;
+pub use farewell::Farewell;
 use leases::{KernelLeases, Ticket};
 use parcache_core::TraceOp;
 pub use recorder::Recorder;
@@ -113,6 +115,8 @@ pub struct Mount {
     /// cache (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6): then opens for
     /// reading and writing may bypass the page cache too.
     direct_mmap: bool,
+    /// The last work at the session's end, shared with the process's stop.
+    farewell: Arc<Farewell>,
 }
 
 /// Buffers of reads' answers, kept for the next reads: a fresh buffer for
@@ -177,6 +181,7 @@ impl Mount {
     /// A mount served by `fs`, running requests on `rt`.
     pub fn new(fs: Arc<Fs>, rt: tokio::runtime::Handle) -> Self {
         Mount {
+            farewell: Farewell::new(fs.clone()),
             fs,
             rt,
             open: Arc::new(Mutex::new(HashMap::new())),
@@ -188,6 +193,14 @@ impl Mount {
             read_bufs: Arc::default(),
             direct_mmap: false,
         }
+    }
+
+    /// The mount's last work (leave the tier, push dirty data, give up
+    /// leases), which the session's end does unless the process began it
+    /// first: a process that stops the mount itself runs it too, to learn
+    /// its outcome, and waits for it if the session's end began it.
+    pub fn farewell(&self) -> Arc<Farewell> {
+        self.farewell.clone()
     }
 
     /// Records every file operation into `recorder` (`mount --record`).
@@ -499,16 +512,8 @@ impl Filesystem for Mount {
         if let Some(r) = &self.recorder {
             r.flush();
         }
-        let fs = self.fs.clone();
-        if let Err(e) = self.rt.block_on(fs.leave_tier()) {
-            tracing::warn!("leaving the cooperative tier: {e}");
-        }
-        if let Err(e) = self.rt.block_on(fs.shutdown()) {
-            tracing::error!("pushing dirty data at unmount: {e}");
-        }
-        if let Err(e) = self.rt.block_on(fs.drop_leases()) {
-            tracing::warn!("giving up this node's leases at unmount: {e}");
-        }
+        // Its errors are logged where it runs; the process learns them.
+        let _ = self.farewell.run(&self.rt);
     }
 
     /// The kernel dropped the inode: its names need no callback any more.
