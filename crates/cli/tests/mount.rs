@@ -376,6 +376,15 @@ fn a_mount_stopped_with_sigterm_pushes_its_data_or_says_why_not_once() {
     assert!(!mounted(&a.at), "SIGTERM unmounts");
     let (ok, out, err) = parcache(&["cat", "--data", d, "pc:/w/kept"]);
     assert!(ok && out == "pushed at SIGTERM", "{out}{err}");
+    // It left the cooperative tier on its way out (`Leave`): not listed,
+    // as a node that died would be until its heartbeats were missed.
+    let name_a = std::fs::canonicalize(&base).unwrap().join("a").display().to_string();
+    let (ok, out, err) = parcache(&["status", "--data", d]);
+    assert!(ok, "{err}");
+    assert!(
+        !out.lines().any(|l| l.starts_with("node ") && l.contains(&name_a)),
+        "a mount stopped with SIGTERM is still listed: {out}"
+    );
 
     // Every server killed: the mount says what it could not push, once.
     let log = base.join("b.log");
