@@ -274,7 +274,10 @@ pub struct Cache {
     /// may still be tried after them if they fail. A freed buffer wakes one
     /// waiter at a time, not all of them (no thundering herd); a woken
     /// waiter that cannot use it passes the wake-up on, so none is lost.
-    woken: Vec<(ProcId, usize)>,
+    /// A map: a driver that begins a resumed access under a new process id
+    /// (the 1993 model does) leaves its entry behind, and a list of those
+    /// scanned at every access took over half of a long simulation's time.
+    woken: FxHashMap<ProcId, usize>,
     prefetch_queue: VecDeque<BlockKey>,
     prefetch_queued: FxHashSet<BlockKey>,
     proposals: Vec<BlockKey>,
@@ -325,7 +328,7 @@ impl Cache {
             effects: VecDeque::new(),
             waiting_on: Vec::new(),
             waiting_any: VecDeque::new(),
-            woken: Vec::new(),
+            woken: FxHashMap::default(),
             prefetch_queue: VecDeque::new(),
             prefetch_queued: FxHashSet::default(),
             proposals: Vec::new(),
@@ -445,11 +448,7 @@ impl Cache {
             });
         }
         self.repl.admit(proc)?;
-        let probe = self
-            .woken
-            .iter()
-            .position(|&(p, _)| p == proc)
-            .map(|i| self.woken.swap_remove(i).1);
+        let probe = self.woken.remove(&proc);
         let begun = self.begin_inner(proc, key, access);
         if let (Ok(Begin::Blocked), Some(left)) = (&begun, probe) {
             // This waiter could not use what was freed: let the next one try,
@@ -463,7 +462,7 @@ impl Cache {
                     .position(|&q| q != proc)
                     .and_then(|i| self.waiting_any.remove(i))
                 {
-                    self.woken.push((q, left - 1));
+                    self.woken.insert(q, left - 1);
                     self.effects.push_back(Effect::Resume { proc: q });
                 }
             }
@@ -1303,7 +1302,7 @@ impl Cache {
     fn resume_any(&mut self) {
         if let Some(p) = self.waiting_any.pop_front() {
             let others = self.waiting_any.len();
-            self.woken.push((p, others));
+            self.woken.insert(p, others);
             self.effects.push_back(Effect::Resume { proc: p });
         }
     }
