@@ -413,9 +413,11 @@ fn start_servers(
 
 /// Unmounts every recorded mount of the cluster in `dir` (each pushes its
 /// dirty data as it goes); a dead one is unmounted lazily. Fails naming
-/// the mounts still in use.
-fn unmount_all(dir: &Path) -> Result<()> {
+/// the mounts still in use. Returns what each mount could not push at its
+/// end (its dirty data, lost: its servers were gone), to be reported.
+fn unmount_all(dir: &Path) -> Result<Vec<String>> {
     let mut busy = vec![];
+    let mut lost = vec![];
     for m in mount::records(dir) {
         match mount::state(&m.at) {
             MountState::Live if alive(m.pid) => {
@@ -436,6 +438,9 @@ fn unmount_all(dir: &Path) -> Result<()> {
                         m.pid
                     );
                 }
+                if let Some(e) = m.lost() {
+                    lost.push(format!("the mount on {} lost its dirty data: {e}", m.at.display()));
+                }
             }
             MountState::Live | MountState::Stale => {
                 mount::lazy_unmount(&m.at)?;
@@ -452,22 +457,35 @@ fn unmount_all(dir: &Path) -> Result<()> {
         }
         m.forget();
     }
+    // Mounts that ended before, on their own, without pushing everything.
+    for (at, e) in mount::take_losses(dir) {
+        lost.push(format!("the mount on {} lost its dirty data: {e}", at.display()));
+    }
     if !busy.is_empty() {
+        for l in &lost {
+            eprintln!("parcache down: {l}");
+        }
         bail!(
             "still mounted and in use: {}; close the programs using it (`fuser -vm MNT` lists them) and run \
              `parcache down` again (the servers keep running until then)",
             busy.join(", ")
         );
     }
-    Ok(())
+    Ok(lost)
 }
 
 pub fn down(a: DataArg) -> Result<()> {
     let c = read_cluster(&a.data)?;
-    unmount_all(&a.data)?;
+    let lost = unmount_all(&a.data)?;
     let running: Vec<u32> = c.pids.iter().copied().filter(|&p| alive(p)).collect();
     if running.is_empty() {
         println!("parcache cluster in {} is stopped already", a.data.display());
+        if !lost.is_empty() {
+            for l in &lost {
+                eprintln!("parcache down: {l}");
+            }
+            bail!("{} mount(s) lost dirty data (see above)", lost.len());
+        }
         return Ok(());
     }
     let secret = Secret::load(&a.data.join("secret"))?;
@@ -477,7 +495,7 @@ pub fn down(a: DataArg) -> Result<()> {
     // cluster.json lists the data servers' pids first, the metadata server's last.
     let mut addrs = vec![(c.mds.clone(), c.pids.last().copied())];
     addrs.extend(c.iods.iter().cloned().zip(c.pids.iter().copied().map(Some)));
-    let mut problems = vec![];
+    let mut problems = lost;
     rt.block_on(async {
         for (addr, pid) in &addrs {
             if pid.is_some_and(|p| !alive(p)) {

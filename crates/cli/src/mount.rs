@@ -150,8 +150,61 @@ pub struct MountRecord {
 impl MountRecord {
     /// Removes the record.
     pub fn forget(self) {
-        let _ = std::fs::remove_file(self.file);
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_file(lost_file(&self.file));
     }
+
+    /// What the mount, now ended, could not push at its end (the error it
+    /// exited with), if anything: its dirty data was lost with it.
+    pub fn lost(&self) -> Option<String> {
+        read_lost(&lost_file(&self.file)).map(|(_, e)| e)
+    }
+}
+
+/// A lost-data note's mount point and error (see [`lost_file`]).
+fn read_lost(f: &Path) -> Option<(PathBuf, String)> {
+    let text = std::fs::read_to_string(f).ok()?;
+    let (at, e) = text.split_once('\n')?;
+    Some((PathBuf::from(at), e.trim_end().to_string()))
+}
+
+/// Mounts of the cluster in `dir` that ended on their own (unmounted or
+/// stopped outside `parcache down`) without pushing their dirty data:
+/// each one's mount point and error. Their notes are removed.
+pub fn take_losses(dir: &Path) -> Vec<(PathBuf, String)> {
+    let Ok(rd) = std::fs::read_dir(dir.join("mounts")) else {
+        return vec![];
+    };
+    let mut v = vec![];
+    for e in rd.flatten() {
+        let f = e.path();
+        let Some(pid) = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".lost"))
+        else {
+            continue;
+        };
+        // A mount still recorded is reported when it ends.
+        if f.with_file_name(pid).exists() {
+            continue;
+        }
+        if let Some(l) = read_lost(&f) {
+            v.push(l);
+        }
+        let _ = std::fs::remove_file(&f);
+    }
+    v.sort();
+    v
+}
+
+/// Beside a mount's record (`mounts/PID`), the error of a mount that could
+/// not push its dirty data at its end (`mounts/PID.lost`), for `parcache
+/// down` to report: the mount is not its child, so it cannot see the exit.
+fn lost_file(record: &Path) -> PathBuf {
+    let mut f = record.as_os_str().to_owned();
+    f.push(".lost");
+    PathBuf::from(f)
 }
 
 /// The mounts recorded for the cluster in `dir`.
@@ -177,6 +230,19 @@ pub fn records(dir: &Path) -> Vec<MountRecord> {
 
 /// Removes this process's mount record when the mount ends.
 struct Recorded(Option<PathBuf>);
+
+impl Recorded {
+    /// Leaves the error of a last push that failed beside the record, which
+    /// goes when this is dropped (see [`lost_file`]).
+    fn lost(&self, at: &Path, error: &str) {
+        if let Some(f) = &self.0 {
+            let at = absolute(at).unwrap_or_else(|| at.to_path_buf());
+            if let Err(e) = std::fs::write(lost_file(f), format!("{}\n{error}\n", at.display())) {
+                tracing::warn!("writing {}: {e}", lost_file(f).display());
+            }
+        }
+    }
+}
 
 impl Drop for Recorded {
     fn drop(&mut self) {
@@ -233,7 +299,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         ..Default::default()
     };
     let fs = rt.block_on(a.target.connect_with(cache))?;
-    let _recorded = record(a.target.data_dir(), &a.mountpoint)?;
+    let recorded = record(a.target.data_dir(), &a.mountpoint)?;
     // The node joins the cooperative tier and is listed by `parcache
     // status` while it beats.
     let name = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
@@ -278,6 +344,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let pushed = farewell.run(rt.handle());
+    if let Err(e) = &pushed {
+        recorded.lost(&a.mountpoint, e);
+    }
     if let (Some(r), Some(p)) = (&recorder, &a.record) {
         r.flush();
         eprintln!("parcache: trace recorded in {}", p.display());

@@ -326,7 +326,8 @@ fn up_mounts_and_down_unmounts() {
 
 /// A mount stopped with SIGTERM pushes its dirty data and exits 0; one
 /// whose servers all died meanwhile exits with the error naming what it
-/// could not reach, having tried once. Before, the session's end and the
+/// could not reach, having tried once, and the next `parcache down` says
+/// that mount lost dirty data. Before, the session's end and the
 /// process's stop each did the last work, side by side: every warning came
 /// twice, and the runtime was shut down under the session thread still at
 /// work (a panic at exit).
@@ -407,7 +408,33 @@ fn a_mount_stopped_with_sigterm_pushes_its_data_or_says_why_not_once() {
     );
     assert!(text.matches("leaving the cooperative tier").count() <= 1, "{text}");
     assert!(!mounted(&b.at), "SIGTERM unmounts");
-    drop((a, b));
+    // The next `parcache down` tells, once, which mount lost dirty data.
+    let name_b = std::fs::canonicalize(&base).unwrap().join("b").display().to_string();
+    let (ok, out, err) = parcache(&["down", "--data", d]);
+    assert!(
+        !ok && err.contains(&format!("the mount on {name_b} lost its dirty data: ")),
+        "{out}{err}"
+    );
+    let (ok, out, err) = parcache(&["down", "--data", d]);
+    assert!(ok, "told once: {out}{err}");
+
+    // The same when `parcache down` itself unmounts a mount whose data
+    // server died under its dirty data.
+    let (ok, _, err) = parcache(&["up", "--data", d]);
+    assert!(ok, "{err}");
+    let c = Mounted::new(&cluster.0, base.join("c"));
+    std::fs::write(c.p("w/lost2"), b"nowhere to go either").unwrap();
+    for p in &cluster_pids(&cluster.0)[..2] {
+        Command::new("kill").args(["-9", &p.to_string()]).status().unwrap();
+    }
+    let name_c = std::fs::canonicalize(&base).unwrap().join("c").display().to_string();
+    let (ok, out, err) = parcache(&["down", "--data", d]);
+    assert!(
+        !ok && err.contains(&format!("the mount on {name_c} lost its dirty data: ")),
+        "{out}{err}"
+    );
+    assert!(!mounted(&c.at), "down unmounts");
+    drop((a, b, c));
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
 }
