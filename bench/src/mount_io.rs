@@ -76,10 +76,8 @@ fn fio(dir: &Path, name: &str, rw: &str, bs: &str, size: &str, extra: &[&str]) -
 
 fn mounted(dir: &Path) -> bool {
     let Ok(dir) = dir.canonicalize() else { return false };
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == dir.to_str())
+    let table = std::fs::read("/proc/mounts").unwrap_or_default();
+    parcache_fuse::mount_table(&table).iter().any(|e| e.at == dir)
 }
 
 fn wait_mounted(dir: &Path) -> Result<()> {

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use parcache_proto::{Client, ConnError, Request, Response, Secret};
 use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -124,7 +125,7 @@ fn stop_pids(pids: &[u32], grace: Duration) -> Vec<u32> {
 /// Starts `parcache ARGS` detached, and waits for the line starting with
 /// `ready` on its standard output; returns the pid and the rest of the line.
 /// If it does not start, the error quotes what it logged this time.
-fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)> {
+fn spawn_until(args: &[OsString], log: &Path, ready: &str) -> Result<(u32, String)> {
     let mut logf = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -139,7 +140,7 @@ fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)
         .stderr(logf.try_clone()?)
         .process_group(0)
         .spawn()
-        .with_context(|| format!("starting parcache {}", args[0]))?;
+        .with_context(|| format!("starting parcache {}", args[0].to_string_lossy()))?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
     let Some(addr) = line.trim().strip_prefix(ready) else {
@@ -151,7 +152,7 @@ fn spawn_until(args: &[String], log: &Path, ready: &str) -> Result<(u32, String)
         let last: Vec<&str> = said.lines().rev().take(5).collect();
         bail!(
             "parcache {} did not start (log {}):\n{}",
-            args[0],
+            args[0].to_string_lossy(),
             log.display(),
             last.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
@@ -334,8 +335,8 @@ fn restart_down(dir: &Path, mut c: ClusterFile, mount: Option<&Path>) -> Result<
 /// process of its own).
 fn mount_cluster(dir: &Path, mnt: &Path) -> Result<()> {
     std::fs::create_dir_all(mnt).with_context(|| format!("creating mount point {}", mnt.display()))?;
-    let s = |x: &Path| x.to_string_lossy().into_owned();
-    let args = vec!["mount".into(), "--data".into(), s(dir), s(mnt)];
+    // Paths as they are (a name need not be UTF-8).
+    let args: Vec<OsString> = vec!["mount".into(), "--data".into(), dir.into(), mnt.into()];
     spawn_until(&args, &dir.join("mount.log"), "mounted on ")
         .with_context(|| format!("the cluster runs, but mounting it on {} failed", mnt.display()))?;
     println!("  mounted on {}", mnt.display());
@@ -374,19 +375,19 @@ fn start_server(
     port: u16,
     extra: Vec<String>,
 ) -> Result<(u32, String)> {
-    let s = |x: &Path| x.to_string_lossy().into_owned();
     let d = dir.join(name);
     std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    let mut args = vec![
-        role.to_string(),
+    // Paths as they are (a name need not be UTF-8).
+    let mut args: Vec<OsString> = vec![
+        role.into(),
         "--data".into(),
-        s(&d),
+        d.into(),
         "--listen".into(),
-        format!("127.0.0.1:{port}"),
+        format!("127.0.0.1:{port}").into(),
         "--secret-file".into(),
-        s(secret_file),
+        secret_file.into(),
     ];
-    args.extend(extra);
+    args.extend(extra.into_iter().map(OsString::from));
     spawn_until(&args, &dir.join(format!("{name}.log")), "listening on ")
 }
 

@@ -267,16 +267,14 @@ fn handle_on_mount(p: &std::path::Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::metadata(p).ok()?;
     let abs = p.canonicalize().ok()?;
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    // As bytes: a mount point elsewhere whose name is not UTF-8 must not
+    // hide this one (the copy onto itself would then empty the file).
+    let mounts = parcache_fuse::mount_table(&std::fs::read("/proc/mounts").ok()?);
     // The mount holding the path: the longest mount point it lies under.
     let (_, source, fstype) = mounts
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            let (source, at, ty) = (f.next()?, f.next()?, f.next()?);
-            abs.starts_with(at.replace("\\040", " "))
-                .then(|| (at.len(), source.to_string(), ty.to_string()))
-        })
+        .into_iter()
+        .filter(|e| abs.starts_with(&e.at))
+        .map(|e| (e.at.as_os_str().len(), e.source, e.fstype))
         .max()?;
     // A parcache mount: source "parcache", type "fuse" (or "fuse.parcache").
     let ours = fstype == "fuse.parcache" || (source == "parcache" && fstype.starts_with("fuse"));

@@ -8,6 +8,7 @@ use crate::fs::Target;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use parcache_fuse::Mount;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -77,15 +78,10 @@ pub fn state(dir: &Path) -> MountState {
     let Some(abs) = absolute(dir) else {
         return MountState::NotMounted;
     };
-    // /proc/mounts escapes spaces and other blanks as octal.
-    let want = abs
-        .to_string_lossy()
-        .replace('\\', "\\134")
-        .replace(' ', "\\040")
-        .replace('\t', "\\011")
-        .replace('\n', "\\012");
-    let listed = std::fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.split(' ').nth(1) == Some(want.as_str())))
+    // Read as bytes: a mount point that is not UTF-8, here or anywhere
+    // on the host, must not hide a mount.
+    let listed = std::fs::read("/proc/mounts")
+        .map(|m| parcache_fuse::mount_table(&m).iter().any(|e| e.at == abs))
         .unwrap_or(false);
     if !listed {
         return MountState::NotMounted;
@@ -161,11 +157,13 @@ impl MountRecord {
     }
 }
 
-/// A lost-data note's mount point and error (see [`lost_file`]).
+/// A lost-data note's mount point and error (see [`lost_file`]): the
+/// mount point's bytes, a NUL (which no path holds), the error.
 fn read_lost(f: &Path) -> Option<(PathBuf, String)> {
-    let text = std::fs::read_to_string(f).ok()?;
-    let (at, e) = text.split_once('\n')?;
-    Some((PathBuf::from(at), e.trim_end().to_string()))
+    let bytes = std::fs::read(f).ok()?;
+    let nul = bytes.iter().position(|&b| b == 0)?;
+    let at = PathBuf::from(std::ffi::OsString::from_vec(bytes[..nul].to_vec()));
+    Some((at, String::from_utf8_lossy(&bytes[nul + 1..]).trim_end().to_string()))
 }
 
 /// Mounts of the cluster in `dir` that ended on their own (unmounted or
@@ -216,10 +214,13 @@ pub fn records(dir: &Path) -> Vec<MountRecord> {
         .flatten()
         .filter_map(|e| {
             let pid = e.file_name().to_str()?.parse().ok()?;
-            let at = std::fs::read_to_string(e.path()).ok()?;
+            let mut at = std::fs::read(e.path()).ok()?;
+            if at.last() == Some(&b'\n') {
+                at.pop();
+            }
             Some(MountRecord {
                 pid,
-                at: PathBuf::from(at.trim_end_matches('\n')),
+                at: PathBuf::from(std::ffi::OsString::from_vec(at)),
                 file: e.path(),
             })
         })
@@ -237,7 +238,8 @@ impl Recorded {
     fn lost(&self, at: &Path, error: &str) {
         if let Some(f) = &self.0 {
             let at = absolute(at).unwrap_or_else(|| at.to_path_buf());
-            if let Err(e) = std::fs::write(lost_file(f), format!("{}\n{error}\n", at.display())) {
+            let note = [at.as_os_str().as_bytes(), b"\0", error.as_bytes(), b"\n"].concat();
+            if let Err(e) = std::fs::write(lost_file(f), note) {
                 tracing::warn!("writing {}: {e}", lost_file(f).display());
             }
         }
@@ -258,7 +260,9 @@ fn record(data: Option<&Path>, at: &Path) -> Result<Recorded> {
     std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
     let f = d.join(std::process::id().to_string());
     let at = absolute(at).unwrap_or_else(|| at.to_path_buf());
-    std::fs::write(&f, format!("{}\n", at.display())).with_context(|| format!("writing {}", f.display()))?;
+    // The path's bytes as they are: a name that is not UTF-8 is a name.
+    std::fs::write(&f, [at.as_os_str().as_bytes(), b"\n"].concat())
+        .with_context(|| format!("writing {}", f.display()))?;
     Ok(Recorded(Some(f)))
 }
 

@@ -324,6 +324,87 @@ fn up_mounts_and_down_unmounts() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A cluster directory and a mount point whose names are not UTF-8 (and
+/// hold a space) are taken as they are by `up --mount`, `status`, `cp`
+/// and `down`. Before, `up` passed the paths on mangled (the mount did not
+/// start), and one such mount point anywhere on the host hid every mount
+/// from `status` and `down` and from the check that refuses to copy a file
+/// onto itself (`/proc/mounts` was read as a string), and kept the kernel's
+/// read-ahead at its default on every mount made meanwhile.
+#[test]
+fn a_cluster_and_a_mount_point_named_in_bytes_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let base = scratch("not-utf8");
+    let d = base.join(OsStr::from_bytes(b"cluster \xfe"));
+    let m = base.join(OsStr::from_bytes(b"mnt\xff x"));
+    let run = |args: &[&OsStr]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
+            .args(args)
+            .env("PARCACHE_LOG", "warn")
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (o.status.success(), text(&o.stdout), text(&o.stderr))
+    };
+    let os = OsStr::new;
+    let (ok, out, err) = run(&[
+        os("up"),
+        os("--data"),
+        d.as_os_str(),
+        os("--iods"),
+        os("2"),
+        os("--mount"),
+        m.as_os_str(),
+    ]);
+    assert!(ok && out.contains("mounted on"), "{out}{err}");
+    assert!(mounted(&m));
+    std::fs::write(m.join("f"), b"through a mount point that is not UTF-8").unwrap();
+    assert_eq!(
+        std::fs::read(m.join("f")).unwrap(),
+        b"through a mount point that is not UTF-8"
+    );
+    let (ok, out, err) = run(&[os("status"), os("--data"), d.as_os_str()]);
+    assert!(ok && out.contains("): mounted"), "{out}{err}");
+    // A second node at a name that is UTF-8, with the first one's mount
+    // point in /proc/mounts: `cp` still knows the file on it is the one
+    // it would copy onto.
+    let a = base.join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    let mut node = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        .args([os("mount"), os("--data"), d.as_os_str(), a.as_os_str()])
+        .env("PARCACHE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !mounted(&a) {
+        assert!(t.elapsed() < Duration::from_secs(20), "the second node did not mount");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, _, err) = run(&[
+        os("cp"),
+        os("--data"),
+        d.as_os_str(),
+        a.join("f").as_os_str(),
+        os("pc:/f"),
+    ]);
+    assert!(!ok && err.contains("are the same file"), "{err}");
+    assert_eq!(
+        std::fs::read(a.join("f")).unwrap(),
+        b"through a mount point that is not UTF-8"
+    );
+    if rustix::process::geteuid().is_root() {
+        let log = std::fs::read_to_string(d.join("mount.log")).unwrap_or_default();
+        assert!(!log.contains("read-ahead stays at its default"), "{log}");
+    }
+    let (ok, out, err) = run(&[os("down"), os("--data"), d.as_os_str()]);
+    assert!(ok, "{out}{err}");
+    assert!(!mounted(&m) && !mounted(&a), "down unmounts both");
+    let _ = node.wait();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A mount stopped with SIGTERM pushes its dirty data and exits 0; one
 /// whose servers all died meanwhile exits with the error naming what it
 /// could not reach, having tried once, and the next `parcache down` says

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -64,31 +64,83 @@ const READ_AHEAD_KIB: u32 = MAX_IO >> 10;
 /// `/proc/self/mountinfo`); call it once the kernel's `INIT` is answered.
 pub fn raise_read_ahead(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
     let at = std::fs::canonicalize(mountpoint)?;
-    let dev = mount_device(&std::fs::read_to_string("/proc/self/mountinfo")?, &at)
+    // Bytes: a mount point elsewhere whose name is not UTF-8 must not hide this one.
+    let dev = mount_device(&std::fs::read("/proc/self/mountinfo")?, &at)
         .ok_or_else(|| std::io::Error::other(format!("{} is not in /proc/self/mountinfo", at.display())))?;
     std::fs::write(format!("/sys/class/bdi/{dev}/read_ahead_kb"), kib.to_string())
 }
 
-/// The device (`MAJOR:MINOR`) of the last mount at `at` in a
-/// `/proc/self/mountinfo` text (its paths escape space, tab, newline and
-/// backslash in octal).
-fn mount_device(mountinfo: &str, at: &Path) -> Option<String> {
-    use std::os::unix::ffi::OsStrExt;
-    let escaped: Vec<u8> = at
-        .as_os_str()
+/// `at` as `/proc/self/mountinfo` and `/proc/mounts` write a mount point:
+/// its bytes as they are (UTF-8 or not), with space, tab, newline and
+/// backslash in octal.
+fn mount_point_field(at: &Path) -> Vec<u8> {
+    at.as_os_str()
         .as_bytes()
         .iter()
         .flat_map(|&b| match b {
             b' ' | b'\t' | b'\n' | b'\\' => format!("\\{b:03o}").into_bytes(),
             _ => vec![b],
         })
-        .collect();
-    mountinfo.lines().rev().find_map(|l| {
+        .collect()
+}
+
+/// One line of `/proc/mounts`: what is mounted, where, and its type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    pub source: String,
+    pub at: PathBuf,
+    pub fstype: String,
+}
+
+/// The mounts of a `/proc/mounts` text, in order, read as bytes: a mount
+/// point need not be UTF-8, and one that is not must not hide the others
+/// (read as a string, the whole table was lost). Octal escapes undone.
+pub fn mount_table(text: &[u8]) -> Vec<MountEntry> {
+    text.split(|&b| b == b'\n')
+        .filter_map(|l| {
+            let mut f = l.split(|&b| b == b' ');
+            let (source, at, fstype) = (f.next()?, f.next()?, f.next()?);
+            Some(MountEntry {
+                source: String::from_utf8_lossy(&unescape(source)).into_owned(),
+                at: PathBuf::from(std::ffi::OsString::from_vec(unescape(at))),
+                fstype: String::from_utf8_lossy(fstype).into_owned(),
+            })
+        })
+        .collect()
+}
+
+/// A field of the kernel's mount tables with its `\ooo` escapes undone.
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The device (`MAJOR:MINOR`) of the last mount at `at` in a
+/// `/proc/self/mountinfo` text.
+fn mount_device(mountinfo: &[u8], at: &Path) -> Option<String> {
+    let escaped = mount_point_field(at);
+    mountinfo.split(|&b| b == b'\n').rev().find_map(|l| {
         // mount id, parent id, MAJOR:MINOR, root, mount point, ...
-        let mut f = l.split(' ');
+        let mut f = l.split(|&b| b == b' ');
         let dev = f.nth(2)?;
         let point = f.nth(1)?;
-        (point.as_bytes() == escaped.as_slice()).then(|| dev.to_string())
+        (point == escaped.as_slice()).then(|| String::from_utf8_lossy(dev).into_owned())
     })
 }
 
@@ -1436,15 +1488,32 @@ mod tests {
 
     #[test]
     fn the_mount_device_is_found_by_its_escaped_mount_point() {
-        let info = "\
+        let info = b"\
 22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
 81 22 0:39 / /tmp/pc/mnt rw,nosuid,nodev,relatime shared:44 - fuse.parcache parcache rw,user_id=0
 90 22 0:41 / /tmp/a\\040b rw,relatime shared:50 - fuse.parcache parcache rw
+92 22 0:43 / /tmp/m\xff\\040x rw,relatime shared:52 - fuse.parcache parcache rw
 91 22 0:42 / /tmp/pc/mnt rw,relatime shared:51 - fuse.parcache parcache rw
 ";
         // The last mount on a path is the one in use.
         assert_eq!(mount_device(info, Path::new("/tmp/pc/mnt")).as_deref(), Some("0:42"));
         assert_eq!(mount_device(info, Path::new("/tmp/a b")).as_deref(), Some("0:41"));
         assert_eq!(mount_device(info, Path::new("/tmp/pc")), None);
+        // A name that is not UTF-8.
+        let odd = std::ffi::OsStr::from_bytes(b"/tmp/m\xff x");
+        assert_eq!(mount_device(info, Path::new(odd)).as_deref(), Some("0:43"));
+    }
+
+    #[test]
+    fn the_mount_table_reads_names_that_are_not_utf8_and_undoes_escapes() {
+        let text = b"/dev/vda / ext4 rw 0 0\nparcache /tmp/m\xff\\040x fuse.parcache rw 0 0\nparcache /tmp/a\\134b fuse rw 0 0\n";
+        let t = mount_table(text);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[1].at, Path::new(std::ffi::OsStr::from_bytes(b"/tmp/m\xff x")));
+        assert_eq!(
+            (t[1].source.as_str(), t[1].fstype.as_str()),
+            ("parcache", "fuse.parcache")
+        );
+        assert_eq!(t[2].at, Path::new("/tmp/a\\b"));
     }
 }
