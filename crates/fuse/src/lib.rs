@@ -70,20 +70,6 @@ pub fn raise_read_ahead(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
     std::fs::write(format!("/sys/class/bdi/{dev}/read_ahead_kb"), kib.to_string())
 }
 
-/// `at` as `/proc/self/mountinfo` and `/proc/mounts` write a mount point:
-/// its bytes as they are (UTF-8 or not), with space, tab, newline and
-/// backslash in octal.
-fn mount_point_field(at: &Path) -> Vec<u8> {
-    at.as_os_str()
-        .as_bytes()
-        .iter()
-        .flat_map(|&b| match b {
-            b' ' | b'\t' | b'\n' | b'\\' => format!("\\{b:03o}").into_bytes(),
-            _ => vec![b],
-        })
-        .collect()
-}
-
 /// One line of `/proc/mounts`: what is mounted, where, and its type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
@@ -134,13 +120,12 @@ fn unescape(field: &[u8]) -> Vec<u8> {
 /// The device (`MAJOR:MINOR`) of the last mount at `at` in a
 /// `/proc/self/mountinfo` text.
 fn mount_device(mountinfo: &[u8], at: &Path) -> Option<String> {
-    let escaped = mount_point_field(at);
     mountinfo.split(|&b| b == b'\n').rev().find_map(|l| {
         // mount id, parent id, MAJOR:MINOR, root, mount point, ...
         let mut f = l.split(|&b| b == b' ');
         let dev = f.nth(2)?;
-        let point = f.nth(1)?;
-        (point == escaped.as_slice()).then(|| String::from_utf8_lossy(dev).into_owned())
+        let point = unescape(f.nth(1)?);
+        (point == at.as_os_str().as_bytes()).then(|| String::from_utf8_lossy(dev).into_owned())
     })
 }
 
