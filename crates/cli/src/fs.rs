@@ -260,10 +260,17 @@ async fn dest_in_cluster(fs: &Fs, dst: &str, src_name: &str) -> Result<String> {
     }
 }
 
-/// The handle of a local file if it lies on a parcache mount (its inode
-/// number there is its handle), for telling when a local path and a
-/// cluster path are one file.
-fn handle_on_mount(p: &std::path::Path) -> Option<u64> {
+/// A local file that lies on a parcache mount: its handle there (its
+/// inode number) and the id of the cluster the mount serves (`None` if the
+/// mount does not name it).
+struct OnMount {
+    handle: u64,
+    cluster: Option<String>,
+}
+
+/// Where a local file lies on a parcache mount, for telling when a local
+/// path and a cluster path are one file.
+fn on_mount(p: &std::path::Path) -> Option<OnMount> {
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::metadata(p).ok()?;
     let abs = p.canonicalize().ok()?;
@@ -271,20 +278,37 @@ fn handle_on_mount(p: &std::path::Path) -> Option<u64> {
     // hide this one (the copy onto itself would then empty the file).
     let mounts = parcache_fuse::mount_table(&std::fs::read("/proc/mounts").ok()?);
     // The mount holding the path: the longest mount point it lies under.
-    let (_, source, fstype) = mounts
+    let (_, e) = mounts
         .into_iter()
         .filter(|e| abs.starts_with(&e.at))
-        .map(|e| (e.at.as_os_str().len(), e.source, e.fstype))
-        .max()?;
-    // A parcache mount: source "parcache", type "fuse" (or "fuse.parcache").
-    let ours = fstype == "fuse.parcache" || (source == "parcache" && fstype.starts_with("fuse"));
-    ours.then_some(md.ino())
+        .map(|e| (e.at.as_os_str().len(), e))
+        .max_by_key(|(n, _)| *n)?;
+    e.is_parcache().then(|| OnMount {
+        handle: md.ino(),
+        cluster: e.cluster().map(str::to_string),
+    })
 }
 
 /// Refuses to copy a file onto itself, as GNU cp does: opening the
-/// destination for writing would empty the source.
-fn refuse_same(src: &str, dst: &str, a: u64, b: Option<u64>) -> Result<()> {
-    if b == Some(a) {
+/// destination for writing would empty the source. `local` is where the
+/// local side lies on a mount, `handle` the cluster side's file in the
+/// cluster `fs` reaches: one file if both name the same handle in the same
+/// cluster (a mount that does not name its cluster is taken to be of it).
+async fn refuse_same(fs: &Fs, src: &str, dst: &str, local: Option<OnMount>, handle: u64) -> Result<()> {
+    let Some(m) = local else { return Ok(()) };
+    if m.handle != handle {
+        return Ok(());
+    }
+    let ours = match m.cluster {
+        Some(id) => {
+            fs.cluster()
+                .await
+                .with_context(|| "asking the metadata server for the cluster's id")?
+                == id
+        }
+        None => true,
+    };
+    if ours {
         bail!("'{src}' and '{dst}' are the same file");
     }
     Ok(())
@@ -297,8 +321,8 @@ pub fn cp(a: CpArgs) -> Result<()> {
         match (cluster_path(&a.src), cluster_path(&a.dst)) {
             (None, Some(_)) => {
                 let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
-                if let (Some(h), Ok(to)) = (handle_on_mount(std::path::Path::new(&a.src)), fs.resolve(&dst).await) {
-                    refuse_same(&a.src, &a.dst, to.handle, Some(h))?;
+                if let Ok(to) = fs.resolve(&dst).await {
+                    refuse_same(&fs, &a.src, &a.dst, on_mount(std::path::Path::new(&a.src)), to.handle).await?;
                 }
                 let mut f = std::fs::File::open(&a.src).with_context(|| format!("opening {}", a.src))?;
                 let len = f.metadata()?.len();
@@ -338,7 +362,7 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 if dst.is_dir() {
                     dst.push(&src_name);
                 }
-                refuse_same(&a.src, &a.dst, attr.handle, handle_on_mount(&dst))?;
+                refuse_same(&fs, &a.src, &a.dst, on_mount(&dst), attr.handle).await?;
                 let mut out = std::fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
                 let attr = fs.open(&attr, false).await?;
                 copy_out(&fs, &attr, &mut out).await?;
@@ -354,12 +378,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 let src = need_cluster(&a.src)?;
                 let attr = fs.resolve(src).await?;
                 let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
-                refuse_same(
-                    &a.src,
-                    &a.dst,
-                    attr.handle,
-                    fs.resolve(&dst).await.ok().map(|d| d.handle),
-                )?;
+                if fs.resolve(&dst).await.is_ok_and(|d| d.handle == attr.handle) {
+                    bail!("'{}' and '{}' are the same file", a.src, a.dst);
+                }
                 let mut to = fs.create(&dst, attr.mode, false).await?;
                 if to.size > 0 {
                     to = fs.truncate(&to, 0).await?;

@@ -2054,6 +2054,60 @@ fn directories_of_any_size_list_in_pages() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Copying between two clusters, one of them mounted: the mount's file and
+/// the other cluster's file have the same handle (each cluster numbers its
+/// files from the same start), and `cp` refused the copy both ways as a copy
+/// of a file onto itself. The mount names its cluster in the mount tables
+/// now (`parcache:ID`), and only a file of the same cluster is refused.
+#[test]
+fn a_copy_between_two_clusters_is_not_taken_for_a_copy_onto_itself() {
+    let (base, here) = up("twoclusters", "1");
+    let there = Cluster(base.join("there"));
+    let (ok, _, err) = parcache(&["up", "--data", there.0.to_str().unwrap(), "--iods", "1"]);
+    assert!(ok, "{err}");
+    let (d, e) = (here.0.to_str().unwrap(), there.0.to_str().unwrap());
+    let a = Mounted::new(&here.0, base.join("a"));
+    std::fs::write(a.p("f"), b"here").unwrap();
+    let other = base.join("other");
+    std::fs::write(&other, b"there").unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", e, other.to_str().unwrap(), "pc:/f"]);
+    assert!(ok, "{err}");
+    // The collision this is about: one handle, two clusters.
+    let (ok, out, err) = parcache(&["stat", "--data", e, "pc:/f"]);
+    assert!(ok, "{err}");
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(a.p("f")).unwrap().ino();
+    assert!(out.contains(&format!("handle: {ino} ")), "{out}");
+    // Into the other cluster, from the mount, and back onto the mount.
+    let (ok, _, err) = parcache(&["cp", "--data", e, a.p("f").to_str().unwrap(), "pc:/f"]);
+    assert!(ok, "cp from the mount into the other cluster: {err}");
+    let (ok, out, err) = parcache(&["cat", "--data", e, "pc:/f"]);
+    assert!(ok && out == "here", "{out}{err}");
+    std::fs::write(&other, b"there again").unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", e, other.to_str().unwrap(), "pc:/f"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = parcache(&["cp", "--data", e, "pc:/f", a.p("f").to_str().unwrap()]);
+    assert!(ok, "cp from the other cluster onto the mount: {err}");
+    assert_eq!(std::fs::read(a.p("f")).unwrap(), b"there again");
+    // The mount's own cluster still refuses, both ways.
+    let (ok, _, err) = parcache(&["cp", "--data", d, a.p("f").to_str().unwrap(), "pc:/f"]);
+    assert!(!ok && err.contains("are the same file"), "{err}");
+    let (ok, _, err) = parcache(&["cp", "--data", d, "pc:/f", a.p("f").to_str().unwrap()]);
+    assert!(!ok && err.contains("are the same file"), "{err}");
+    assert_eq!(std::fs::read(a.p("f")).unwrap(), b"there again");
+    // The mount tables name the cluster the mount serves.
+    let table = std::fs::read_to_string("/proc/mounts").unwrap();
+    let line = table
+        .lines()
+        .find(|l| l.split(' ').nth(1) == a.p("").to_str().map(|p| p.trim_end_matches('/')))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.starts_with("parcache:"), "{line}");
+    a.unmount();
+    drop(there);
+    drop(here);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Issue 9.7, 9.8, 9.9 and 9.1 through the mount: a mount survives a
 /// restart of the metadata server; a hand-started mount is recorded and
 /// unmounted by `down`; a killed mount process leaves a dead mount point

@@ -304,6 +304,15 @@ impl Fs {
         self.data.set_retries(n);
     }
 
+    /// The cluster's id, from the metadata server: two clusters' files
+    /// may have the same handle, and only this tells them apart.
+    pub async fn cluster(&self) -> Result<String> {
+        match self.md("/", Request::Cluster).await? {
+            Response::Cluster(id) => Ok(id),
+            other => Err(FsError::Protocol(format!("unexpected reply to Cluster: {other:?}"))),
+        }
+    }
+
     /// Number of data servers.
     pub fn servers(&self) -> usize {
         self.data.servers()

@@ -78,6 +78,28 @@ pub struct MountEntry {
     pub fstype: String,
 }
 
+/// The source a parcache mount shows in the mount tables, followed by
+/// `:ID`, the id of the cluster it serves.
+pub const MOUNT_SOURCE: &str = "parcache";
+
+impl MountEntry {
+    /// Whether this is a parcache mount: type `fuse.parcache`, or, where
+    /// the kernel shows no subtype, `fuse` with a parcache source.
+    pub fn is_parcache(&self) -> bool {
+        let source = self.source.split(':').next().unwrap_or_default();
+        self.fstype == "fuse.parcache" || (source == MOUNT_SOURCE && self.fstype.starts_with("fuse"))
+    }
+
+    /// The id of the cluster a parcache mount serves, if its source names
+    /// one (a mount whose start could not learn it does not).
+    pub fn cluster(&self) -> Option<&str> {
+        self.source
+            .strip_prefix(MOUNT_SOURCE)?
+            .strip_prefix(':')
+            .filter(|_| self.is_parcache())
+    }
+}
+
 /// The mounts of a `/proc/mounts` text, in order, read as bytes: a mount
 /// point need not be UTF-8, and one that is not must not hide the others
 /// (read as a string, the whole table was lost). Octal escapes undone.
@@ -249,8 +271,18 @@ impl Mount {
     /// Mounts at `mountpoint` and serves in the background until the
     /// returned session is dropped (which unmounts).
     pub fn spawn(self, mountpoint: &Path) -> std::io::Result<BackgroundSession> {
+        // The source the mount tables show: `parcache:ID`, ID the cluster's,
+        // so that a tool can tell a file here from another cluster's file
+        // with the same handle (`parcache cp`'s check for a copy onto itself).
+        let fsname = match self.rt.block_on(self.fs.cluster()) {
+            Ok(id) => format!("{MOUNT_SOURCE}:{id}"),
+            Err(e) => {
+                tracing::warn!("the cluster's id is unknown ({e}); the mount's source is {MOUNT_SOURCE}");
+                MOUNT_SOURCE.to_string()
+            }
+        };
         let opts = [
-            MountOption::FSName("parcache".into()),
+            MountOption::FSName(fsname),
             MountOption::Subtype("parcache".into()),
             MountOption::DefaultPermissions,
             MountOption::AllowOther,
@@ -1500,5 +1532,26 @@ mod tests {
             ("parcache", "fuse.parcache")
         );
         assert_eq!(t[2].at, Path::new("/tmp/a\\b"));
+    }
+
+    #[test]
+    fn a_parcache_mount_names_its_cluster_in_its_source() {
+        let text = b"parcache:3f9a0c /a fuse.parcache rw 0 0\n\
+parcache:77 /b fuse rw 0 0\nparcache /c fuse.parcache rw 0 0\nparcache:3f /d ext4 rw 0 0\n\
+other /e fuse.sshfs rw 0 0\n";
+        let t = mount_table(text);
+        let seen: Vec<(bool, Option<&str>)> = t.iter().map(|e| (e.is_parcache(), e.cluster())).collect();
+        assert_eq!(
+            seen,
+            [
+                (true, Some("3f9a0c")),
+                (true, Some("77")),
+                // A source without an id: parcache, cluster unknown.
+                (true, None),
+                // Not FUSE, or another FUSE file system.
+                (false, None),
+                (false, None),
+            ]
+        );
     }
 }

@@ -641,6 +641,10 @@ pub enum Request {
         repeat: bool,
         req: Box<Request>,
     },
+    /// To the metadata server: the cluster's id (the one its data servers
+    /// are adopted into), so that a client can tell two clusters' files
+    /// apart. Answered `Cluster`.
+    Cluster,
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -840,6 +844,8 @@ pub enum Response {
     /// A commit refused: these chunks' hashes changed since the writer read
     /// them (their current hashes).
     Conflict(Vec<(u64, ChunkHash)>),
+    /// The cluster's id (to `Cluster`).
+    Cluster(String),
 }
 
 /// A data server's place in its cluster, kept in its directory, so a
@@ -1037,6 +1043,7 @@ impl Request {
                 | Sync
                 | Stats
                 | Identity
+                | Cluster
                 | PutChunks { .. }
                 | GetChunks { .. }
                 | ListChunks { .. }

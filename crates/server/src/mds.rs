@@ -1588,6 +1588,11 @@ impl Mds {
             }),
             Request::Written { handle, size } => self.written(handle, size, None),
             Request::Servers => Ok(Response::Servers(self.iods.clone())),
+            Request::Cluster => match self.cluster_record()? {
+                (Some(id), _) => Ok(Response::Cluster(id)),
+                // Recorded at every start, before anything is served.
+                (None, _) => Err((ErrorCode::Io, "the metadata store records no cluster id".into())),
+            },
             Request::Hashes {
                 handle, from, count, ..
             } => self.read(|tx| {
