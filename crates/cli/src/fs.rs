@@ -325,7 +325,12 @@ pub fn cp(a: CpArgs) -> Result<()> {
                     refuse_same(&fs, &a.src, &a.dst, on_mount(std::path::Path::new(&a.src)), to.handle).await?;
                 }
                 let mut f = std::fs::File::open(&a.src).with_context(|| format!("opening {}", a.src))?;
-                let len = f.metadata()?.len();
+                let md = f.metadata().with_context(|| format!("reading {}", a.src))?;
+                // Before the destination is made or emptied, as GNU cp does.
+                if md.is_dir() {
+                    bail!("'{}' is a directory: cp copies one file (nothing was changed)", a.src);
+                }
+                let len = md.len();
                 let mut attr = fs
                     .create(&dst, 0o644, false)
                     .await
@@ -356,7 +361,7 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 let src = need_cluster(&a.src)?;
                 let attr = fs.resolve(src).await?;
                 if attr.kind != FileKind::File {
-                    bail!("pc:{src} is not a regular file");
+                    bail!("pc:{src} is not a regular file (nothing was changed)");
                 }
                 let mut dst = PathBuf::from(&a.dst);
                 if dst.is_dir() {
@@ -377,6 +382,9 @@ pub fn cp(a: CpArgs) -> Result<()> {
             (Some(_), Some(_)) => {
                 let src = need_cluster(&a.src)?;
                 let attr = fs.resolve(src).await?;
+                if attr.kind != FileKind::File {
+                    bail!("pc:{src} is not a regular file (nothing was changed)");
+                }
                 let dst = dest_in_cluster(&fs, need_cluster(&a.dst)?, &src_name).await?;
                 if fs.resolve(&dst).await.is_ok_and(|d| d.handle == attr.handle) {
                     bail!("'{}' and '{}' are the same file", a.src, a.dst);

@@ -110,6 +110,40 @@ fn cp_refuses_to_copy_a_file_onto_itself() {
     assert_eq!(cat(&c, "f"), data, "the file is intact");
 }
 
+/// `cp` of a directory (a local one into the cluster, a cluster one within
+/// it) onto an existing file emptied the file, then failed ("Is a
+/// directory", "has no layout"); a new destination was left empty. GNU cp
+/// refuses before it touches the destination; so does `cp` now.
+#[test]
+fn cp_of_a_directory_refuses_before_it_touches_the_destination() {
+    let c = Cluster::up("trust-cpdir", 1);
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    put(&c, "f", &data);
+    let local = std::env::temp_dir().join(format!("parcache-cpdir-{}", std::process::id()));
+    std::fs::create_dir_all(&local).unwrap();
+    let (ok, _, err) = parcache(&["mkdir", "--data", c.d(), "pc:/dir"]);
+    assert!(ok, "{err}");
+    let cases = [
+        (local.to_str().unwrap().to_string(), "pc:/f"),
+        (local.to_str().unwrap().to_string(), "pc:/new"),
+        ("pc:/dir".to_string(), "pc:/f"),
+        ("pc:/dir".to_string(), "pc:/new"),
+    ];
+    for (src, dst) in &cases {
+        let (ok, _, err) = parcache(&["cp", "--data", c.d(), src, dst]);
+        assert!(cat(&c, "f") == data, "cp {src} {dst} changed pc:/f ({err})");
+        assert!(!ok && err.contains("nothing was changed"), "cp {src} {dst}: {err}");
+    }
+    let (ok, out, err) = parcache(&["ls", "--data", c.d(), "pc:/"]);
+    assert!(ok && !out.contains("new"), "no file made: {out}{err}");
+    // A file where a directory is wanted is named by its path.
+    let one = local.join("one");
+    std::fs::write(&one, b"1").unwrap();
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), one.to_str().unwrap(), "pc:/f/x"]);
+    assert!(!ok && err.contains("'/f' is not a directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&local);
+}
+
 /// Issue 9.2: a second data server (or metadata server) on one directory
 /// is refused while the first runs; the first's data stays readable.
 #[test]

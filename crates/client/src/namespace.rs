@@ -44,10 +44,16 @@ impl Fs {
                 message: "the root has no parent".into(),
             });
         }
-        Ok((
-            self.resolve(if dir.is_empty() { "/" } else { dir }).await?,
-            name.to_string(),
-        ))
+        let d = self.resolve(if dir.is_empty() { "/" } else { dir }).await?;
+        if d.kind != FileKind::Dir {
+            // Said here with its path: the server knows only a handle.
+            return Err(FsError::Remote {
+                path: path.into(),
+                code: ErrorCode::NotDir,
+                message: format!("'{dir}' is not a directory"),
+            });
+        }
+        Ok((d, name.to_string()))
     }
 
     pub async fn getattr(&self, handle: u64) -> Result<Attr> {
