@@ -370,7 +370,7 @@ pub fn cp(a: CpArgs) -> Result<()> {
                 refuse_same(&fs, &a.src, &a.dst, on_mount(&dst), attr.handle).await?;
                 let mut out = std::fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
                 let attr = fs.open(&attr, false).await?;
-                copy_out(&fs, &attr, &mut out).await?;
+                copy_out(&fs, &attr, &mut out, &dst.display().to_string()).await?;
                 fs.close(&attr, false).await?;
                 // A regular file is made durable; a device or a pipe (a
                 // read benchmark's /dev/null) has nothing to sync, and
@@ -429,16 +429,19 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-async fn copy_out(fs: &Fs, attr: &Attr, out: &mut impl Write) -> Result<()> {
+/// Copies a cluster file out to `out` (named `to` in errors), through one
+/// buffer reused piece after piece.
+async fn copy_out(fs: &Fs, attr: &Attr, out: &mut impl Write, to: &str) -> Result<()> {
     let pb = bar(attr.size);
+    let mut buf = vec![0u8; PIECE.min(attr.size as usize).max(1)];
     let mut off = 0;
     while off < attr.size {
-        let d = fs.read_at(attr, off, PIECE as u64).await?;
-        if d.is_empty() {
+        let n = fs.read_into(attr, off, &mut buf).await?;
+        if n == 0 {
             break;
         }
-        out.write_all(&d)?;
-        off += d.len() as u64;
+        out.write_all(&buf[..n]).with_context(|| format!("writing {to}"))?;
+        off += n as u64;
         pb.set_position(off);
     }
     pb.finish_and_clear();
@@ -454,7 +457,7 @@ pub fn cat(a: PathArgs) -> Result<()> {
             bail!("{}: not a regular file", a.path);
         }
         let attr = fs.open(&attr, false).await?;
-        copy_out(&fs, &attr, &mut std::io::stdout().lock()).await?;
+        copy_out(&fs, &attr, &mut std::io::stdout().lock(), "standard output").await?;
         fs.close(&attr, false).await?;
         Ok(fs.shutdown().await?)
     })

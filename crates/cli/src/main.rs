@@ -114,9 +114,10 @@ fn main() {
     };
     if let Err(e) = result {
         // A reader that went away (`| head`) is not an error.
-        if e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-        {
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
             return;
         }
         // Not eprintln!: it panics when standard error is gone too.
