@@ -639,6 +639,20 @@ async fn errors_say_what_is_wrong() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!err.contains("panicked"), "{cmd} | head: {err}");
     }
+    // A copy out whose reader goes away ends quietly and well; one that
+    // cannot be written names where it went.
+    put(&c, "big", &vec![7u8; 1 << 20]);
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{bin} cat --data {} pc:/big | head -c 1 >/dev/null; exit ${{PIPESTATUS[0]}}",
+            c.d()
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success() && o.stderr.is_empty(), "cat | head: {o:?}");
+    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/big", "/dev/full"]);
+    assert!(!ok && err.contains("writing /dev/full: No space left"), "{err}");
     let iod = c.info()["iods"][0].as_str().unwrap().to_string();
     let secret = c.dir.join("secret");
     let (ok, _, err) = parcache(&["ls", "--mds", &iod, "--secret-file", secret.to_str().unwrap(), "pc:/"]);
