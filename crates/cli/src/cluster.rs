@@ -187,6 +187,9 @@ fn no_inherited_descriptors() {
 pub fn up(a: UpArgs) -> Result<()> {
     no_inherited_descriptors();
     let dir = &a.data;
+    if dir.exists() && !dir.is_dir() {
+        bail!("--data {}: not a directory", dir.display());
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let old = if cluster_file(dir).exists() {
         Some(read_cluster(dir)?)

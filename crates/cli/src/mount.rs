@@ -272,6 +272,12 @@ fn record(data: Option<&Path>, at: &Path) -> Result<Recorded> {
 pub fn mount(a: MountArgs) -> Result<()> {
     crate::daemon::logging();
     clear_stale(&a.mountpoint)?;
+    if !a.mountpoint.exists() {
+        bail!(
+            "mount point {} does not exist (make it with mkdir)",
+            a.mountpoint.display()
+        );
+    }
     if !a.mountpoint.is_dir() {
         bail!("mount point {} is not a directory", a.mountpoint.display());
     }

@@ -155,6 +155,9 @@ fn advise_names_bad_input_before_sweeping() {
     let t = dir.join("t.csv");
     std::fs::write(&t, "time,node,process,file,op,offset,length\n5,a,1,/f,write,0,4096\n").unwrap();
     let t = t.to_str().unwrap();
+    // A missing trace, said once (it was said twice, message and cause).
+    let (ok, _, err) = parcache(&["advise", "/no/such/trace.csv"]);
+    assert!(!ok && err.matches("No such file").count() == 1, "{err}");
     let (ok, _, err) = parcache(&["advise", t, "--apply", "/not/cluster"]);
     assert!(!ok && err.contains("pc:/DIR"), "{err}");
     let (ok, _, err) = parcache(&["advise", t, "--apply", "pc:/x"]);

@@ -653,6 +653,14 @@ async fn errors_say_what_is_wrong() {
     assert!(o.status.success() && o.stderr.is_empty(), "cat | head: {o:?}");
     let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/big", "/dev/full"]);
     assert!(!ok && err.contains("writing /dev/full: No space left"), "{err}");
+    // A file given as a cluster directory, a mount point that is not there.
+    let file = c.dir.with_extension("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (ok, _, err) = parcache(&["up", "--data", file.to_str().unwrap()]);
+    assert!(!ok && err.contains("not a directory"), "{err}");
+    let _ = std::fs::remove_file(&file);
+    let (ok, _, err) = parcache(&["mount", "--data", c.d(), "/no/such/mount/point"]);
+    assert!(!ok && err.contains("/no/such/mount/point does not exist"), "{err}");
     let iod = c.info()["iods"][0].as_str().unwrap().to_string();
     let secret = c.dir.join("secret");
     let (ok, _, err) = parcache(&["ls", "--mds", &iod, "--secret-file", secret.to_str().unwrap(), "pc:/"]);

@@ -104,8 +104,10 @@ impl Format {
 /// it can, the line or record at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    /// The I/O error is said in the message, not kept as the source,
+    /// which a chain of causes would say a second time.
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
     #[error("{path}: not a trace parcache reads (first line: {first:?}); known formats: parcache CSV (header '{header}'), JSONL, Darshan DXT logs, block-id lists, MSR Cambridge and Tencent cloud CSVs")]
     Unknown {
         path: String,
@@ -124,9 +126,9 @@ pub enum TraceError {
 /// decompressed first).
 pub fn load(path: &Path) -> Result<Trace, TraceError> {
     let shown = path.display().to_string();
-    let io = |source| TraceError::Io {
+    let io = |err| TraceError::Io {
         path: shown.clone(),
-        source,
+        err,
     };
     let raw = std::fs::read(path).map_err(io)?;
     let mut trace = if darshan::is_darshan(&raw) {
