@@ -577,6 +577,9 @@ pub struct StatusArgs {
 /// nodes the metadata server heard from.
 #[derive(Serialize)]
 struct StatusReport {
+    /// The cluster's id (`None`: the metadata server did not answer); its
+    /// mounts show `parcache:ID` as their source.
+    cluster: Option<String>,
     servers: Vec<ServerRow>,
     /// Chunk slots the recipes name (logical).
     chunks_named: u64,
@@ -668,6 +671,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
     addrs.extend(c.iods.iter().enumerate().map(|(i, a)| (format!("iod {i}"), a.clone())));
     let report = rt.block_on(async {
         let mut r = StatusReport {
+            cluster: None,
             servers: vec![],
             chunks_named: 0,
             chunks_stored: 0,
@@ -708,13 +712,20 @@ pub fn status(a: StatusArgs) -> Result<()> {
                 state,
             });
         }
-        // The nodes heard from in the last 15 s, with their counters.
+        // The nodes heard from in the last 15 s, with their counters, and
+        // the cluster's id.
         let ask = async {
             let cl = Client::connect(&c.mds, &secret).await.ok()?;
-            cl.call(&Request::Nodes, &[]).await.ok()
+            let nodes = cl.call(&Request::Nodes, &[]).await.ok()?;
+            Some((nodes, cl.call(&Request::Cluster, &[]).await.ok()))
         };
-        if let Ok(Some((Response::Nodes(nodes), _))) = tokio::time::timeout(ANSWER_WITHIN, ask).await {
-            r.nodes = nodes;
+        if let Ok(Some((nodes, id))) = tokio::time::timeout(ANSWER_WITHIN, ask).await {
+            if let (Response::Nodes(nodes), _) = nodes {
+                r.nodes = nodes;
+            }
+            if let Some((Response::Cluster(id), _)) = id {
+                r.cluster = Some(id);
+            }
         }
         r
     });
@@ -765,6 +776,9 @@ fn print_status(r: &StatusReport) -> Result<()> {
             )?,
             None => outln!("{:<7} {:<16} {:>5}", row.name, row.address, "DOWN")?,
         }
+    }
+    if let Some(id) = &r.cluster {
+        outln!("cluster {id} (its mounts' source in the mount tables: parcache:{id})")?;
     }
     if r.chunks_named + r.chunks_stored > 0 {
         outln!(

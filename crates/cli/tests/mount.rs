@@ -2102,6 +2102,10 @@ fn a_copy_between_two_clusters_is_not_taken_for_a_copy_onto_itself() {
         .find(|l| l.split(' ').nth(1) == a.p("").to_str().map(|p| p.trim_end_matches('/')))
         .unwrap_or_else(|| panic!("{table}"));
     assert!(line.starts_with("parcache:"), "{line}");
+    // `status` names the same id.
+    let id = line.split(' ').next().unwrap().trim_start_matches("parcache:");
+    let (ok, out, err) = parcache(&["status", "--data", d]);
+    assert!(ok && out.contains(&format!("cluster {id} ")), "{out}{err}");
     a.unmount();
     drop(there);
     drop(here);
