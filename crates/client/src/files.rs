@@ -989,9 +989,48 @@ impl Fs {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
         let st = self.state(a).await?;
+        self.write_gated(&st, a, offset, data).await
+    }
+
+    /// An `O_APPEND` write (`offset`: where the caller took the file's end
+    /// to be). Where the file's plug-in has the metadata server place
+    /// appends ([`Consistency::appends_at_server`]), the server reserves
+    /// the bytes after the end every node's appends leave, so two nodes
+    /// appending to one file keep every byte of both; the bytes and the
+    /// size then go down as any write's (under `close-to-open`, at the
+    /// close). Otherwise the bytes go at `offset`. Returns where they went.
+    ///
+    /// [`Consistency::appends_at_server`]: parcache_core::consistency::Consistency::appends_at_server
+    pub async fn append(&self, a: &Attr, offset: u64, data: &[u8]) -> Result<u64> {
+        let st = self.state(a).await?;
+        if data.is_empty() || !st.plugin.appends_at_server() || Self::cas_of(&st).is_some() {
+            self.write_at(a, offset, data).await?;
+            return Ok(offset);
+        }
+        // Alone on this node: no write or report of the file in between.
+        let _alone = st.gate.write().await;
+        let st = self.state(a).await?;
+        let handle = a.handle;
+        let at_least = self.with_file(handle, |_, f| f.append_floor());
+        let what = self.what(handle);
+        let req = Request::Append {
+            handle,
+            at_least,
+            len: data.len() as u64,
+        };
+        let offset = match self.md(&what, req).await? {
+            Response::Appended { offset, .. } => offset,
+            other => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        };
+        self.write_gated(&st, a, offset, data).await?;
+        Ok(offset)
+    }
+
+    /// [`Fs::write_at`] with the file's gate held.
+    async fn write_gated(&self, st: &FileState, a: &Attr, offset: u64, data: &[u8]) -> Result<()> {
         let end = offset + data.len() as u64;
         let now = self.now();
-        if let Some((p, chunk)) = Self::cas_of(&st) {
+        if let Some((p, chunk)) = Self::cas_of(st) {
             // Stored and committed: the size is at the metadata server too.
             // A write of more chunks than one commit takes goes in parts.
             let most = crate::cas::COMMIT_CHANGES * chunk as usize;
@@ -1034,7 +1073,7 @@ impl Fs {
                 .await
                 .map_err(|e| from_driver(self.what(a.handle), e))?;
         }
-        self.run(&st, a.handle, acts, &mut a.clone()).await
+        self.run(st, a.handle, acts, &mut a.clone()).await
     }
 
     /// Reads up to `len` bytes at `offset` (holes read as zeros), through

@@ -489,6 +489,21 @@ fn writes(flags: i32) -> bool {
     flags & O_ACCMODE != 0
 }
 
+const O_APPEND: i32 = 0o2000;
+
+/// `FUSE_WRITE_CACHE`: a write of pages the kernel cached (a shared
+/// writable mapping's, written back), not of a `write(2)`.
+const FUSE_WRITE_CACHE: u32 = 1;
+
+/// Whether a write request is a `write(2)` through a descriptor opened (or
+/// set with `fcntl`) with `O_APPEND`: the kernel sends the descriptor's
+/// flags with each write. Its offset is the end of the file as this node's
+/// kernel knows it, which another node's appends may have moved
+/// ([`Fs::append`]).
+fn appends(write_flags: u32, flags: i32) -> bool {
+    flags & O_APPEND != 0 && write_flags & FUSE_WRITE_CACHE == 0
+}
+
 /// Whether open flags ask for writing only (nothing can be read or mapped
 /// through the open).
 fn write_only(flags: i32) -> bool {
@@ -945,8 +960,8 @@ impl Filesystem for Mount {
         fh: u64,
         offset: i64,
         data: &[u8],
-        _write_flags: u32,
-        _flags: i32,
+        write_flags: u32,
+        flags: i32,
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
@@ -959,21 +974,37 @@ impl Filesystem for Mount {
         } else {
             Self::run_spawned
         };
+        let append = appends(write_flags, flags);
+        let leases = self.leases.clone();
+        let at = offset.max(0) as u64;
         run(self, async move {
-            let r = async { fs.write_at(&attr.await?, offset.max(0) as u64, &data).await };
+            let r = async {
+                let a = attr.await?;
+                if append {
+                    fs.append(&a, at, &data).await
+                } else {
+                    fs.write_at(&a, at, &data).await.map(|()| at)
+                }
+            };
             match r.await {
-                Ok(()) => {
+                Ok(went) => {
                     if let Some((r, t, pid)) = rec {
-                        r.log(
-                            t,
-                            r.opener(fh, pid),
-                            ino,
-                            TraceOp::Write,
-                            offset.max(0) as u64,
-                            data.len() as u64,
-                        );
+                        r.log(t, r.opener(fh, pid), ino, TraceOp::Write, went, data.len() as u64);
                     }
                     reply.written(data.len() as u32);
+                    if went != at {
+                        // The kernel took the end to be `at` (another node
+                        // appended since it last learned the size): its
+                        // size and any pages it holds of the file are
+                        // stale. Dropped after the answer, off this thread
+                        // (a write through the page cache holds its pages
+                        // locked until the answer comes).
+                        tokio::task::spawn_blocking(move || {
+                            if let Some(n) = leases.notifier.get() {
+                                let _ = n.inval_inode(ino, 0, 0);
+                            }
+                        });
+                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             }

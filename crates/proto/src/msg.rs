@@ -645,6 +645,19 @@ pub enum Request {
     /// are adopted into), so that a client can tell two clusters' files
     /// apart. Answered `Cluster`.
     Cluster,
+    /// To the metadata server: where an `O_APPEND` write of `len` bytes
+    /// goes. Its bytes are reserved after the file's end, after every
+    /// append reserved and not yet covered by a size report, and after
+    /// `at_least` (the end of the node's own unreported writes), so appends
+    /// from two nodes never take the same bytes (POSIX `write(2)`: the
+    /// offset is set to the end of the file before each write, with no
+    /// change in between). The size moves with the appender's report, once
+    /// the bytes are on the data servers. Answered `Appended`.
+    Append {
+        handle: Handle,
+        at_least: u64,
+        len: u64,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -846,6 +859,11 @@ pub enum Response {
     Conflict(Vec<(u64, ChunkHash)>),
     /// The cluster's id (to `Cluster`).
     Cluster(String),
+    /// Where an `Append`'s bytes go, and the file's attributes.
+    Appended {
+        offset: u64,
+        attr: Attr,
+    },
 }
 
 /// A data server's place in its cluster, kept in its directory, so a

@@ -488,6 +488,7 @@ impl Tx<'_> {
         self.undo(Undo::Inode(h, old.map(|v| v.value().to_vec())));
         drop(t);
         self.set_small(h, None)?;
+        self.appends_forgotten(h)?;
         let mut pages = self.w().open_table(RECIPES).map_err(db_err)?;
         let mut named = Vec::new();
         for page in pages
@@ -641,6 +642,23 @@ impl Tx<'_> {
             self.undo(Undo::Meta(key.to_string(), old));
         }
         Ok(())
+    }
+    fn meta(&self, key: &str) -> R<Option<u64>> {
+        let t = self.w().open_table(META).map_err(db_err)?;
+        let v = t.get(key).map_err(db_err)?.map(|v| v.value());
+        Ok(v)
+    }
+    /// The file's size is now `size` (reported, cut or gone at 0): appends
+    /// reserved up to it are done with, and a cut forgets those beyond.
+    fn appends_covered(&self, h: Handle, size: u64) -> R<()> {
+        let key = append_key(h);
+        if self.meta(&key)?.is_some_and(|end| end <= size) {
+            self.set_meta(&key, None)?;
+        }
+        Ok(())
+    }
+    fn appends_forgotten(&self, h: Handle) -> R<()> {
+        self.set_meta(&append_key(h), None)
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
         let mut t = self.w().open_table(META).map_err(db_err)?;
@@ -1027,7 +1045,33 @@ impl Mds {
             changed(tx, &mut i, size);
             tx.put(&i)?;
             tx.set_small(handle, keep.map(|(_, content)| (i.attr.version, content)))?;
+            tx.appends_covered(handle, i.attr.size)?;
             Ok(Response::Attr(i.attr))
+        })
+    }
+
+    /// An `O_APPEND` write of `len` bytes (`Request::Append`): its bytes
+    /// are reserved after the file's end, after every append reserved and
+    /// not yet covered by a size report, and after `at_least`. The size
+    /// does not move: the appender reports it once its bytes are on the
+    /// data servers, so no node reads a size beyond them.
+    fn append(&self, handle: Handle, at_least: u64, len: u64) -> R<Response> {
+        self.write(|tx| {
+            let i = file_of(tx, handle)?;
+            let key = append_key(handle);
+            let reserved = tx.meta(&key)?.unwrap_or(0);
+            let offset = i.attr.size.max(reserved).max(at_least);
+            let end = offset
+                .checked_add(len)
+                .filter(|&e| e <= i64::MAX as u64)
+                .ok_or_else(|| {
+                    (
+                        ErrorCode::Invalid,
+                        format!("append of {len} bytes to handle {handle} at {offset}: past the largest file size"),
+                    )
+                })?;
+            tx.set_meta(&key, Some(end))?;
+            Ok(Response::Appended { offset, attr: i.attr })
         })
     }
 
@@ -1587,6 +1631,7 @@ impl Mds {
                 Ok(Response::Ok)
             }),
             Request::Written { handle, size } => self.written(handle, size, None),
+            Request::Append { handle, at_least, len } => self.append(handle, at_least, len),
             Request::Servers => Ok(Response::Servers(self.iods.clone())),
             Request::Cluster => match self.cluster_record()? {
                 (Some(id), _) => Ok(Response::Cluster(id)),
@@ -1793,6 +1838,8 @@ fn apply_setattr(tx: &Tx, i: &mut Inode, set: SetAttr) -> R<()> {
             i.attr.size = size;
             i.attr.mtime = t;
         }
+        // An append reserved before the cut lands where it was placed.
+        tx.appends_forgotten(i.attr.handle)?;
         // Even to the same size: the node cut or made the file's parts
         // at the data servers, and a file still at its first version has
         // none (its removal sends them nothing).
@@ -2458,6 +2505,12 @@ impl MdsHandler {
 
 /// The meta table's key noting the node that keeps orphan `h` (fixed
 /// width, so the keys of all orphans are one range: [`Mds::orphans`]).
+/// The meta key of a file's appends reserved and not yet covered by its
+/// size: their end.
+fn append_key(h: Handle) -> String {
+    format!("append/{h:016x}")
+}
+
 fn orphan_key(h: Handle) -> String {
     format!("{ORPHAN_PREFIX}{h:016x}")
 }
@@ -3047,6 +3100,66 @@ mod tests {
         .unwrap();
         assert_eq!(size_of(&m, a), (0, v0 + 1));
         assert!(!parcache_proto::never_changed(v0 + 1));
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// An append (`O_APPEND` from a node) is reserved after the file's
+    /// end, after every append reserved and not yet reported and after the
+    /// node's own unreported writes; the size moves only with the report.
+    /// A report that covers the reservations, or a cut, ends them.
+    #[test]
+    fn appends_are_reserved_after_the_end_and_the_size_moves_with_reports() {
+        let cfg = config("append");
+        let m = Mds::open(&cfg).unwrap();
+        let a = create(&m, "a");
+        m.op(Request::Written { handle: a, size: 10 }).unwrap();
+        let (_, v1) = size_of(&m, a);
+        let append = |at_least, len| match m.op(Request::Append {
+            handle: a,
+            at_least,
+            len,
+        }) {
+            Ok(Response::Appended { offset, attr }) => {
+                assert_eq!((attr.size, attr.version), size_of(&m, a));
+                offset
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(append(0, 5), 10);
+        assert_eq!(append(0, 3), 15);
+        assert_eq!(size_of(&m, a), (10, v1), "a reservation is no size");
+        // The second appender reports first: the first's bytes are inside.
+        m.op(Request::Written { handle: a, size: 18 }).unwrap();
+        m.op(Request::Written { handle: a, size: 15 }).unwrap();
+        assert_eq!(append(0, 2), 18);
+        // The node's own writes reach 40: its append goes after them.
+        assert_eq!(append(40, 2), 40);
+        // A cut forgets the reservations: the next append is at the end.
+        let cut = SetAttr {
+            size: Some(4),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr { handle: a, set: cut }).unwrap();
+        assert_eq!(append(0, 1), 4);
+        m.op(Request::Written { handle: a, size: 5 }).unwrap();
+        assert_eq!(append(0, 1), 5);
+        assert!(matches!(
+            m.op(Request::Append {
+                handle: ROOT,
+                at_least: 0,
+                len: 1
+            }),
+            Err((ErrorCode::Invalid, _))
+        ));
+        assert!(matches!(
+            m.op(Request::Append {
+                handle: a,
+                at_least: u64::MAX - 1,
+                len: 2
+            }),
+            Err((ErrorCode::Invalid, _))
+        ));
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }

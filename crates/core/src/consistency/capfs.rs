@@ -144,6 +144,13 @@ impl Consistency for Capfs {
     fn capfs(&self) -> Option<CapfsParams> {
         Some(self.0)
     }
+
+    /// A content-addressed file's writes commit whole at the metadata
+    /// server against the hashes the writer read (§3.2); an append is
+    /// placed at the end the node knows, as any write.
+    fn appends_at_server(&self) -> bool {
+        false
+    }
 }
 
 impl Capfs {

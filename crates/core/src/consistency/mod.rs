@@ -287,6 +287,19 @@ impl NodeFile {
         self.writes > self.reported
     }
 
+    /// Where this node's next append may go at the earliest, as the
+    /// metadata server is to place it ([`Consistency::appends_at_server`]):
+    /// after the node's own writes not reported yet (0 when there are none:
+    /// the server's end is then the file's end, even if another node cut
+    /// the file since this node last looked).
+    pub fn append_floor(&self) -> u64 {
+        if self.unreported() {
+            self.size
+        } else {
+            0
+        }
+    }
+
     /// This node wrote bytes up to `end` (counted before they land, so a
     /// concurrent reader's clamp is right).
     pub fn wrote(&mut self, end: u64) {
@@ -551,6 +564,16 @@ pub trait Consistency: fmt::Debug + Send + Sync {
     fn capfs(&self) -> Option<capfs::CapfsParams> {
         None
     }
+
+    /// Whether an `O_APPEND` write is placed by the metadata server, at the
+    /// end every node's appends leave (POSIX `write(2)`), rather than at
+    /// the end this node knows. Two nodes appending to one file (a shared
+    /// log) then never write over each other's bytes; it costs a round
+    /// trip to the metadata server per append. Off where no guarantee
+    /// between nodes is given (`none`).
+    fn appends_at_server(&self) -> bool {
+        true
+    }
 }
 
 /// The check close-to-open and its relatives make when they learn the
@@ -611,6 +634,30 @@ mod tests {
         assert_eq!(f.size_for(at(10, 5)), 50);
         f.wrote(60);
         assert_eq!(f.size_for(at(50, 6)), 60);
+    }
+
+    /// An append goes after the node's own unreported writes, and at the
+    /// server's end when there are none: a size this node learned before
+    /// another node cut the file is no floor.
+    #[test]
+    fn an_append_goes_after_the_nodes_unreported_writes_only() {
+        let at = |size, version| ServerView { size, version };
+        let mut f = NodeFile::new(at(100, 1), Time::ZERO);
+        assert_eq!(f.append_floor(), 0);
+        f.wrote(300);
+        assert_eq!(f.append_floor(), 300);
+        f.reported(f.writes, at(300, 2));
+        assert_eq!((f.size, f.append_floor()), (300, 0));
+        // Every plug-in with a guarantee between nodes places appends at
+        // the server; `none` does not.
+        for kind in ["close-to-open", "sprite", "nfs", "session", "posix", "sync-write"] {
+            assert!(
+                kind.parse::<ConsistencyKind>().unwrap().build().appends_at_server(),
+                "{kind}"
+            );
+        }
+        assert!(!ConsistencyKind::None.build().appends_at_server());
+        assert!(!"seq-2".parse::<ConsistencyKind>().unwrap().build().appends_at_server());
     }
 
     /// The kernel keeps a file's pages across opens only while the node's

@@ -18,6 +18,11 @@ impl Consistency for NoConsistency {
     fn kernel_cache(&self) -> KernelCache {
         KernelCache::Keep
     }
+
+    /// An append goes at the end this node knows: no traffic.
+    fn appends_at_server(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -38,6 +43,7 @@ mod tests {
         f.wrote(10);
         assert!(p.post_write(&mut f, Time::ZERO, true).is_empty());
         assert!(p.flush(&mut f, Time::ZERO).is_empty());
+        assert!(!p.appends_at_server());
         assert!(p.release(&mut f, Time::ZERO, true).is_empty());
         assert_eq!((f.opens, f.version), (0, 1));
         assert_eq!(p.kernel_cache(), KernelCache::Keep);
