@@ -2847,6 +2847,25 @@ fn appends_from_two_nodes_keep_every_line() {
             }
         }
     }
+    // What else two nodes may serialize on (docs/mount.md): an O_EXCL
+    // create is decided by the metadata server; file locks are per node.
+    for i in 0..20 {
+        let name = format!("excl{i}");
+        let won: Vec<bool> = [a.p(&name), b.p(&name)]
+            .map(|p| {
+                std::thread::spawn(move || std::fs::OpenOptions::new().write(true).create_new(true).open(p).is_ok())
+            })
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(won.iter().filter(|&&w| w).count(), 1, "{name}: {won:?}");
+    }
+    let (ok, out) = run(&format!(
+        "flock -x {0} -c 'flock -xn {0} true && echo same-node-granted; flock -xn {1} true && echo other-node-granted'; true",
+        a.p("excl0").display(),
+        b.p("excl0").display()
+    ));
+    assert!(ok && out.trim() == "other-node-granted", "{out}");
     finish(base, cluster, a, b);
 }
 
