@@ -2869,6 +2869,69 @@ fn appends_from_two_nodes_keep_every_line() {
     finish(base, cluster, a, b);
 }
 
+/// `tail -f` on one node of a log another node appends to: a descriptor
+/// kept open for reading, whose `fstat` shows the file grew, reads the new
+/// lines (under `close-to-open` it read nothing past the size it had at
+/// open: the node's cached end, and the kernel then took the file to be
+/// that long again), and so does `tail -f` itself. `session` keeps its
+/// snapshot, as documented.
+#[test]
+fn a_reader_on_another_node_follows_a_growing_log() {
+    let (base, cluster, a, b) = two_nodes("follow", "2");
+    let d = cluster.0.to_str().unwrap();
+    for plugin in ["close-to-open", "nfs", "sync-write", "sprite", "posix", "session"] {
+        std::fs::create_dir(a.p(plugin)).unwrap();
+        let (ok, _, err) = parcache(&[
+            "policy",
+            "set",
+            "--data",
+            d,
+            &format!("pc:/{plugin}"),
+            &format!("consistency={plugin}"),
+        ]);
+        assert!(ok, "{err}");
+        let log = format!("{plugin}/log");
+        std::fs::write(a.p(&log), "start\n").unwrap();
+        let mut reader = std::fs::File::open(b.p(&log)).unwrap();
+        let mut seen = String::new();
+        reader.read_to_string(&mut seen).unwrap();
+        assert_eq!(seen, "start\n", "{plugin}");
+        let tail = Command::new("tail")
+            .args(["-f", "-s", "0.1"])
+            .arg(b.p(&log))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut want = String::from("start\n");
+        for i in 0..5 {
+            let line = format!("line {i}\n");
+            let mut w = std::fs::OpenOptions::new().append(true).open(a.p(&log)).unwrap();
+            w.write_all(line.as_bytes()).unwrap();
+            drop(w);
+            want.push_str(&line);
+            let len = reader.metadata().unwrap().len();
+            let mut got = String::new();
+            reader.read_to_string(&mut got).unwrap();
+            if plugin == "session" {
+                assert_eq!(got, "", "session: a snapshot taken at open");
+                continue;
+            }
+            assert_eq!(len, want.len() as u64, "{plugin}: fstat after append {i}");
+            assert_eq!(got, line, "{plugin}: the read after append {i}");
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        let _ = Command::new("kill").arg(tail.id().to_string()).status();
+        let out = tail.wait_with_output().unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        if plugin == "session" {
+            assert_eq!(shown, "start\n", "session: tail -f shows the snapshot");
+        } else {
+            assert_eq!(shown, want, "{plugin}: tail -f");
+        }
+    }
+    finish(base, cluster, a, b);
+}
+
 /// The default prefetch, `read-ahead`, on a real mount: random reads fetch
 /// only the blocks they read (one-block-ahead fetched one more each,
 /// Cortes et al. 1996 §7.4), and a sequential read finds blocks it fetched

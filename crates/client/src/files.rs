@@ -724,6 +724,12 @@ impl Fs {
         Ok(())
     }
 
+    /// The metadata server showed a file's attributes (a `getattr`): the
+    /// node keeps the newest view it was given ([`NodeFile::learned`]).
+    pub(crate) fn seen(&self, a: &Attr) {
+        self.with_file(a.handle, |_, f| f.learned(view(a)));
+    }
+
     /// Writes the file's dirty blocks down. If any failed (a data server
     /// died with them), the node forgets what it held of the file and its
     /// size falls back to the one the metadata server has: no size is
@@ -1100,7 +1106,14 @@ impl Fs {
     pub async fn read_into(&self, a: &Attr, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let st = self.state(a).await?;
         let now = self.now();
-        let pre = self.with_file(a.handle, |p, f| p.pre_read(f, now));
+        let end = offset.saturating_add(buf.len() as u64);
+        let pre = self.with_file(a.handle, |p, f| {
+            let mut acts = p.pre_read(f, now);
+            if acts.is_empty() && f.cached && f.read_past_known_end(end, a.size) {
+                acts = p.read_past_end(f);
+            }
+            acts
+        });
         let mut a = a.clone();
         if !pre.is_empty() {
             // Revalidation may drop cached blocks: no read in between.

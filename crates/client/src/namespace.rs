@@ -57,7 +57,9 @@ impl Fs {
     }
 
     pub async fn getattr(&self, handle: u64) -> Result<Attr> {
-        self.md_attr(&self.what(handle), Request::GetAttr { handle }).await
+        let a = self.md_attr(&self.what(handle), Request::GetAttr { handle }).await?;
+        self.seen(&a);
+        Ok(a)
     }
 
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Attr> {

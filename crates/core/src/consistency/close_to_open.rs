@@ -29,6 +29,15 @@ impl Consistency for CloseToOpen {
         revalidate(file, now, server)
     }
 
+    fn read_past_end(&self, _file: &NodeFile) -> Vec<Action> {
+        vec![Action::FetchAttr]
+    }
+
+    /// As at an open: another node's change drops the cached blocks.
+    fn revalidated(&self, file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
+        revalidate(file, now, server)
+    }
+
     fn flush(&self, _file: &mut NodeFile, _now: Time) -> Vec<Action> {
         vec![Action::PushDirty, Action::ReportSize]
     }

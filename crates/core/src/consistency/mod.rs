@@ -323,14 +323,24 @@ impl NodeFile {
         self.learned(after);
     }
 
-    /// The server's view as an answer gave it: kept unless an answer at a
-    /// newer version came first (two reports in flight at once may be
-    /// answered in either order).
-    fn learned(&mut self, server: ServerView) {
+    /// The server's view as an answer gave it (a report's, or any
+    /// `getattr`'s): kept unless an answer at a newer version came first
+    /// (two reports in flight at once may be answered in either order).
+    pub fn learned(&mut self, server: ServerView) {
         if server.version >= self.known_version {
             self.known_size = server.size;
             self.known_version = server.version;
         }
+    }
+
+    /// Whether a read of `offset..end` reaches past the end this node
+    /// knows (`shown`: the size the caller was given at open) while the
+    /// metadata server has shown the file at a version newer than the one
+    /// this node validated: another node's change this node has not taken
+    /// in ([`Consistency::read_past_end`]). A node's own report that was
+    /// the only change leaves the two versions equal.
+    pub fn read_past_known_end(&self, end: u64, shown: u64) -> bool {
+        end > self.size.max(shown) && self.known_version > self.version
     }
 
     /// The newer of the server's answer `server` and the newest answer this
@@ -510,6 +520,18 @@ pub trait Consistency: fmt::Debug + Send + Sync {
         vec![]
     }
 
+    /// A read reaches past the end this node knows of the file, and the
+    /// metadata server has shown a newer version of it (a `stat` after
+    /// another node's closed writes; [`NodeFile::read_past_known_end`]). A
+    /// plug-in whose guarantee lets an open file show newer bytes asks for
+    /// the attributes and takes the change in, so that `tail -f` on one
+    /// node follows a log another node appends to, as NFS clients drop
+    /// their cached data when attributes they fetch show a change.
+    fn read_past_end(&self, file: &NodeFile) -> Vec<Action> {
+        let _ = file;
+        vec![]
+    }
+
     /// The attributes a `FetchAttr` asked for outside an open arrived.
     fn revalidated(&self, file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
         let _ = (file, now, server);
@@ -634,6 +656,38 @@ mod tests {
         assert_eq!(f.size_for(at(10, 5)), 50);
         f.wrote(60);
         assert_eq!(f.size_for(at(50, 6)), 60);
+    }
+
+    /// A read past the node's end asks for the attributes only once the
+    /// server has shown another node's change: a node's own report, or a
+    /// read of a file nobody else changed, costs nothing.
+    #[test]
+    fn only_another_nodes_change_makes_a_read_past_the_end_revalidate() {
+        let at = |size, version| ServerView { size, version };
+        let mut f = NodeFile::new(at(6, 1), Time::ZERO);
+        // A kernel page read of the whole small file asks past its end.
+        assert!(!f.read_past_known_end(4096, 6));
+        f.wrote(10);
+        f.reported(f.writes, at(10, 2));
+        assert!(!f.read_past_known_end(4096, 6), "its own report");
+        // A getattr shows another node's append.
+        f.learned(at(13, 3));
+        assert!(f.read_past_known_end(4096, 6));
+        assert!(!f.read_past_known_end(8, 6), "inside what this node has");
+        let c = ConsistencyKind::CloseToOpen.build();
+        assert_eq!(c.read_past_end(&f), vec![Action::FetchAttr]);
+        let acts = c.revalidated(&mut f, Time::ZERO, at(13, 3));
+        assert_eq!(acts.last(), Some(&Action::Adopt), "{acts:?}");
+        for kind in ["session", "none", "posix"] {
+            assert!(
+                kind.parse::<ConsistencyKind>()
+                    .unwrap()
+                    .build()
+                    .read_past_end(&f)
+                    .is_empty(),
+                "{kind}"
+            );
+        }
     }
 
     /// An append goes after the node's own unreported writes, and at the

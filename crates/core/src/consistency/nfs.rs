@@ -37,6 +37,10 @@ impl Consistency for Nfs {
         }
     }
 
+    fn read_past_end(&self, _file: &NodeFile) -> Vec<Action> {
+        vec![Action::FetchAttr]
+    }
+
     fn revalidated(&self, file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
         revalidate(file, now, server)
     }

@@ -37,6 +37,16 @@ impl Consistency for SyncWrite {
         revalidate(file, now, server)
     }
 
+    fn read_past_end(&self, _file: &NodeFile) -> Vec<Action> {
+        vec![Action::FetchAttr]
+    }
+
+    /// Another node's write that grew the file (its size reported at once)
+    /// is read past the end this node knew.
+    fn revalidated(&self, file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Action> {
+        revalidate(file, now, server)
+    }
+
     fn post_write(&self, file: &mut NodeFile, _now: Time, grew: bool) -> Vec<Action> {
         let mut acts = vec![Action::PushDirty];
         if grew {
