@@ -2780,6 +2780,22 @@ fn holes_read_as_zeros_after_reads_of_other_files() {
     finish(base, cluster, a, b);
 }
 
+/// Makes directory `/NAME` through mount `m`, its files under the
+/// consistency plug-in of that name (`parcache policy set`).
+fn plugin_dir(cluster: &Cluster, m: &Mounted, plugin: &str) {
+    std::fs::create_dir(m.p(plugin)).unwrap();
+    let d = cluster.0.to_str().unwrap();
+    let (ok, _, err) = parcache(&[
+        "policy",
+        "set",
+        "--data",
+        d,
+        &format!("pc:/{plugin}"),
+        &format!("consistency={plugin}"),
+    ]);
+    assert!(ok, "{err}");
+}
+
 /// `O_APPEND` from two nodes at once (a shared log): every line of every
 /// writer is in the file once, whole, in each writer's order, under every
 /// plug-in that gives a guarantee between nodes. Before the metadata server
@@ -2788,18 +2804,8 @@ fn holes_read_as_zeros_after_reads_of_other_files() {
 #[test]
 fn appends_from_two_nodes_keep_every_line() {
     let (base, cluster, a, b) = two_nodes("append", "2");
-    let d = cluster.0.to_str().unwrap();
     for plugin in ["close-to-open", "posix", "sprite", "session"] {
-        std::fs::create_dir(a.p(plugin)).unwrap();
-        let (ok, _, err) = parcache(&[
-            "policy",
-            "set",
-            "--data",
-            d,
-            &format!("pc:/{plugin}"),
-            &format!("consistency={plugin}"),
-        ]);
-        assert!(ok, "{err}");
+        plugin_dir(&cluster, &a, plugin);
         let log = format!("{plugin}/log");
         let (pa, pb) = (a.p(&log), b.p(&log));
         let writers: Vec<_> = [(&pa, "a"), (&pa, "b"), (&pb, "c"), (&pb, "d")]
@@ -2878,30 +2884,26 @@ fn appends_from_two_nodes_keep_every_line() {
 #[test]
 fn a_reader_on_another_node_follows_a_growing_log() {
     let (base, cluster, a, b) = two_nodes("follow", "2");
-    let d = cluster.0.to_str().unwrap();
     for plugin in ["close-to-open", "nfs", "sync-write", "sprite", "posix", "session"] {
-        std::fs::create_dir(a.p(plugin)).unwrap();
-        let (ok, _, err) = parcache(&[
-            "policy",
-            "set",
-            "--data",
-            d,
-            &format!("pc:/{plugin}"),
-            &format!("consistency={plugin}"),
-        ]);
-        assert!(ok, "{err}");
+        plugin_dir(&cluster, &a, plugin);
         let log = format!("{plugin}/log");
         std::fs::write(a.p(&log), "start\n").unwrap();
         let mut reader = std::fs::File::open(b.p(&log)).unwrap();
         let mut seen = String::new();
         reader.read_to_string(&mut seen).unwrap();
         assert_eq!(seen, "start\n", "{plugin}");
-        let tail = Command::new("tail")
+        let mut tail = Command::new("tail")
             .args(["-f", "-s", "0.1"])
             .arg(b.p(&log))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        // tail has opened the file once it printed it (under `session`
+        // an open on the node takes a new snapshot for every descriptor
+        // there, so it must come before the appends).
+        let mut shown = vec![0u8; 6];
+        tail.stdout.as_mut().unwrap().read_exact(&mut shown).unwrap();
+        assert_eq!(shown, b"start\n", "{plugin}");
         let mut want = String::from("start\n");
         for i in 0..5 {
             let line = format!("line {i}\n");
@@ -2922,7 +2924,8 @@ fn a_reader_on_another_node_follows_a_growing_log() {
         std::thread::sleep(Duration::from_millis(600));
         let _ = Command::new("kill").arg(tail.id().to_string()).status();
         let out = tail.wait_with_output().unwrap();
-        let shown = String::from_utf8_lossy(&out.stdout);
+        shown.extend(out.stdout);
+        let shown = String::from_utf8_lossy(&shown);
         if plugin == "session" {
             assert_eq!(shown, "start\n", "session: tail -f shows the snapshot");
         } else {
