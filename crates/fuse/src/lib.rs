@@ -975,7 +975,8 @@ impl Filesystem for Mount {
             Self::run_spawned
         };
         let append = appends(write_flags, flags);
-        let leases = self.leases.clone();
+        // Only an append can go elsewhere than the kernel said.
+        let leases = append.then(|| self.leases.clone());
         let at = offset.max(0) as u64;
         run(self, async move {
             let r = async {
@@ -992,7 +993,7 @@ impl Filesystem for Mount {
                         r.log(t, r.opener(fh, pid), ino, TraceOp::Write, went, data.len() as u64);
                     }
                     reply.written(data.len() as u32);
-                    if went != at {
+                    if let Some(leases) = leases.filter(|_| went != at) {
                         // The kernel took the end to be `at` (another node
                         // appended since it last learned the size): its
                         // size and any pages it holds of the file are
