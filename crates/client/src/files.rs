@@ -1009,7 +1009,7 @@ impl Fs {
     /// [`Consistency::appends_at_server`]: parcache_core::consistency::Consistency::appends_at_server
     pub async fn append(&self, a: &Attr, offset: u64, data: &[u8]) -> Result<u64> {
         let st = self.state(a).await?;
-        if data.is_empty() || !st.plugin.appends_at_server() || Self::cas_of(&st).is_some() {
+        if data.is_empty() || !st.plugin.appends_at_server() {
             self.write_at(a, offset, data).await?;
             return Ok(offset);
         }
