@@ -5,15 +5,50 @@
 //! and explain the new numbers in the commit.
 
 use parcache_sim::scenario::{self, RunOptions};
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
 fn golden(name: &str) {
     golden_output(name);
 }
 
-/// Runs a scenario, compares it with its golden file, and returns it.
-fn golden_output(name: &str) -> scenario::Output {
-    let out = scenario::run(name, &RunOptions::default(), &|| {}).unwrap();
+/// A scenario's output at its defaults, run once for the whole binary:
+/// several tests look at one scenario (its golden numbers, its checks), and
+/// a second run would only repeat the first (results depend on the seed
+/// alone; `threads_do_not_change_results` pins that). The tests run on
+/// parallel threads; one asking while another runs the scenario waits.
+fn output(name: &str) -> Arc<scenario::Output> {
+    type Slot = Arc<OnceLock<Arc<scenario::Output>>>;
+    static RUNS: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+    let slot = RUNS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_default()
+        .clone();
+    slot.get_or_init(|| Arc::new(scenario::run(name, &RunOptions::default(), &|| {}).unwrap()))
+        .clone()
+}
+
+/// Runs a scenario (once, see `output`), compares it with its golden file,
+/// draws its table and plot as `parcache sim run all` writes them, and
+/// returns it.
+fn golden_output(name: &str) -> Arc<scenario::Output> {
+    let out = output(name);
+    let table = out.table();
+    assert!(
+        table.contains(&out.description) && table.lines().count() > 3,
+        "{name}: a table without its heading or rows:\n{table}"
+    );
+    if out.has_plot() {
+        let svg = std::env::temp_dir().join(format!("parcache-golden-{}-{name}.svg", std::process::id()));
+        out.plot(&svg).unwrap();
+        let body = std::fs::read_to_string(&svg).unwrap();
+        std::fs::remove_file(&svg).unwrap();
+        assert!(body.starts_with("<svg"), "{name}: the plot is not an SVG");
+    }
     let json = out.json() + "\n";
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
@@ -99,8 +134,7 @@ fn capfs05_checks() {
 /// Every check of the scenarios passes except `known_misses`, which fail.
 fn checks_missed_exactly(scenarios: &[&str], known_misses: &[&str]) {
     for name in scenarios {
-        let out = scenario::run(name, &RunOptions::default(), &|| {}).unwrap();
-        missed_exactly(name, &out, known_misses);
+        missed_exactly(name, &output(name), known_misses);
     }
 }
 
@@ -178,7 +212,7 @@ fn reported_checks_pass() {
         ),
     ];
     for (name, claim) in must_pass {
-        let out = scenario::run(name, &RunOptions::default(), &|| {}).unwrap();
+        let out = output(name);
         let c = out
             .checks
             .iter()
@@ -186,7 +220,7 @@ fn reported_checks_pass() {
             .unwrap_or_else(|| panic!("{name}: no check '{claim}'"));
         assert!(c.pass, "{name}: {} — {}", c.claim, c.detail);
     }
-    let table = scenario::run("kotz92-table", &RunOptions::default(), &|| {}).unwrap();
+    let table = output("kotz92-table");
     let within = table.checks.iter().filter(|c| c.pass).count();
     assert!(
         within >= 9,
