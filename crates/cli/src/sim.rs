@@ -19,7 +19,8 @@ macro_rules! out {
 pub enum SimCommand {
     /// List every scenario with a one-line description.
     List,
-    /// Run a named scenario (see `sim list`), or `all` of them.
+    /// Run a named scenario (see `sim list`), several by a pattern such as
+    /// `kotz92-*` (one paper's), or `all` of them.
     Run(RunArgs),
     /// Run the Kotz & Ellis 1992 model with free parameters.
     Kotz(KotzArgs),
@@ -46,7 +47,9 @@ pub enum Format {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Scenario name, or `all`.
+    /// Scenario name; `all`; or a pattern where `*` stands for any text
+    /// (`kotz92-*`: the 1992 paper's scenarios), whose results and plots
+    /// go to `--out` as with `all`.
     name: String,
     /// Output format on standard output.
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -54,7 +57,7 @@ pub struct RunArgs {
     /// Also draw the scenario's figure to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// With `all`: directory for the results and plots.
+    /// With `all` or a pattern: directory for the results and plots.
     #[arg(long, value_name = "DIR", default_value = "results")]
     out: PathBuf,
     /// Seed of the workloads (same seed, same numbers).
@@ -175,8 +178,12 @@ fn run_scenarios(a: RunArgs) -> Result<()> {
         seed: a.seed,
         threads: a.threads,
     };
-    if a.name == "all" {
-        return run_all(&a, &opts);
+    if a.name == "all" || a.name.contains('*') {
+        let chosen = select(&a.name);
+        if chosen.is_empty() {
+            bail!("no scenario matches '{}' (see `parcache sim list`)", a.name);
+        }
+        return run_all(&a, &opts, &chosen);
     }
     let s = scenario::find(&a.name)?;
     let pb = bar(scenario::runs(s.name)?, s.name);
@@ -193,14 +200,37 @@ fn run_scenarios(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_all(a: &RunArgs, opts: &RunOptions) -> Result<()> {
+/// The scenarios `all` or a pattern names, in `sim list`'s order.
+fn select(pattern: &str) -> Vec<scenario::Scenario> {
+    let pattern = if pattern == "all" { "*" } else { pattern };
+    scenario::list()
+        .into_iter()
+        .filter(|s| matches(pattern, s.name))
+        .collect()
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any text.
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, rest)) => {
+            let Some(tail) = name.strip_prefix(head) else {
+                return false;
+            };
+            (0..=tail.len())
+                .filter(|&i| tail.is_char_boundary(i))
+                .any(|i| matches(rest, &tail[i..]))
+        }
+    }
+}
+
+fn run_all(a: &RunArgs, opts: &RunOptions, all: &[scenario::Scenario]) -> Result<()> {
     let dir: &Path = &a.out;
     std::fs::create_dir_all(dir).with_context(|| format!("creating output directory {}", dir.display()))?;
-    let all = scenario::list();
     let total: usize = all.iter().map(|s| scenario::runs(s.name).unwrap_or(0)).sum();
-    let pb = bar(total, "all");
+    let pb = bar(total, &a.name);
     let mut summary = vec![];
-    for s in &all {
+    for s in all {
         pb.set_message(s.name);
         let out = scenario::run(s.name, opts, &|| pb.inc(1))?;
         let write = |name: String, body: String| -> Result<()> {
@@ -278,4 +308,46 @@ fn run_kotz(a: KotzArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(pattern: &str) -> Vec<&'static str> {
+        select(pattern).iter().map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn all_selects_every_scenario_and_a_pattern_one_papers() {
+        let every: Vec<_> = scenario::list().iter().map(|s| s.name).collect();
+        assert_eq!(names("all"), every);
+        assert_eq!(names("*"), every);
+        assert_eq!(
+            names("kotz92-*"),
+            [
+                "kotz92-table",
+                "kotz92-fig1",
+                "kotz92-fig2",
+                "kotz92-fig3",
+                "kotz92-fig4",
+                "kotz92-fig5"
+            ]
+        );
+        assert_eq!(names("*-table"), ["kotz92-table"]);
+        assert_eq!(names("capfs05-*d"), ["capfs05-read", "capfs05-shared"]);
+        assert_eq!(names("paca96-s*s"), ["paca96-sessions"]);
+        assert!(names("kotz93-*").is_empty());
+        assert!(names("kotz92-").is_empty());
+    }
+
+    #[test]
+    fn a_star_matches_any_text_even_none() {
+        assert!(matches("a*", "a"));
+        assert!(matches("*a*", "bab"));
+        assert!(matches("a*b*c", "aXbYc"));
+        assert!(!matches("a*b*c", "aXcYb"));
+        assert!(matches("é*", "éé"));
+        assert!(!matches("ab", "abc"));
+    }
 }
