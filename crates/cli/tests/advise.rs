@@ -3,7 +3,7 @@
 //! merge by concatenation, the advisor sees the sharing, ranks, and sets
 //! its recommendations on the cluster; bad input is named before any work.
 
-mod common;
+use crate::common;
 use common::{parcache, Cluster, Mounted, SmallDisk};
 
 #[test]

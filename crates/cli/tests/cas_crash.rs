@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 use common::{chunk_counts, parcache, Cluster};
 
 const RECORDS: u64 = 8;

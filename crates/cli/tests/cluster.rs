@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 use common::{parcache, Cluster};
 
 /// Files of 0 B to 256 MiB, aligned and unaligned, written in random pieces

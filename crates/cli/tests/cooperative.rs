@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-mod common;
+use crate::common;
 use common::{parcache, pattern, stat, sum, three_nodes, wait_for, Cluster, Mounted};
 
 #[test]

@@ -8,7 +8,7 @@
 use parcache_client::{Fs, HintList, NodeCacheConfig};
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 use common::{parcache, pattern, stat, three_nodes, wait_for, Cluster};
 
 const BLOCK: u64 = 64 << 10;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 use common::{chunk_counts, mounted, parcache, pattern, scratch, Mounted};
 
 struct Cluster(PathBuf);
@@ -2453,7 +2453,7 @@ fn read_while_stopped(pids: &[u64], path: &Path, budget: Duration) -> Option<Vec
 /// on the second node is what the first reads next.
 #[test]
 fn a_small_file_is_read_on_another_node_with_its_data_servers_stopped() {
-    let (base, cluster, a, b) = two_nodes("small-copy", "2");
+    let (base, cluster, a, b) = two_nodes("small-copy-nodes", "2");
     let pids = cluster_pids(&cluster.0);
     let iods = &pids[..pids.len() - 1];
     let small: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();

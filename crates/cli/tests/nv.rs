@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-mod common;
+use crate::common;
 use common::{nodes, parcache, pattern, stat, wait_for, Cluster, Mounted};
 
 /// Bytes of one record; slots of the test file hold one each.

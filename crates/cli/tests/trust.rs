@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 use common::{parcache, Cluster, SmallDisk};
 
 /// Runs `parcache ARGS`, killing it after `secs` (a hang is a failure).

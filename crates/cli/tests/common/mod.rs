@@ -1,7 +1,5 @@
 //! Helpers shared by the command-line tests.
 
-#![allow(dead_code)] // each test binary uses some of these
-
 use parcache_client::Fs;
 use parcache_proto::Secret;
 use std::path::{Path, PathBuf};
