@@ -23,6 +23,10 @@ echo "python: pip install ./crates/py"
 # Built with the package's own `py` profile (Cargo.toml): optimized,
 # without release's whole-program LTO.
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./crates/py
-# The command line the tests compare with: `cargo test`'s build of it.
-cargo build --profile test --locked -p parcache-cli
+# The command line the tests compare with: `cargo test`'s build of it
+# (`cargo test --workspace` builds it for the command line's tests; asking
+# for it so, rather than `cargo build -p parcache-cli`, takes it as built,
+# where the narrower feature set of a build of one package compiled the
+# command line and its dependencies again).
+cargo test --workspace --locked --no-run --quiet
 PARCACHE_BIN="$target/debug/parcache" "$venv/bin/python" crates/py/tests/test_parcache.py
