@@ -357,6 +357,20 @@ pub fn mount(a: MountArgs) -> Result<()> {
     if let Err(e) = &pushed {
         recorded.lost(&a.mountpoint, e);
     }
+    if state(&a.mountpoint) != MountState::NotMounted {
+        // Busy (a program's open file or working directory in it): the
+        // kernel kept it mounted, and once this process exits it would be
+        // a dead mount, every access failing with ENOTCONN until someone
+        // unmounts it. Detached now, the mount point is a plain directory
+        // again; the programs still in the mount get errors from then on.
+        match lazy_unmount(&a.mountpoint) {
+            Ok(()) => eprintln!(
+                "parcache: {} was busy: detached it (programs still using it get errors now)",
+                a.mountpoint.display()
+            ),
+            Err(e) => eprintln!("parcache: {e:#}"),
+        }
+    }
     if let (Some(r), Some(p)) = (&recorder, &a.record) {
         r.flush();
         eprintln!("parcache: trace recorded in {}", p.display());

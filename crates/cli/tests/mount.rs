@@ -405,6 +405,55 @@ fn a_cluster_and_a_mount_point_named_in_bytes_that_are_not_utf8() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A mount stopped with SIGTERM while a program works in it (the kernel
+/// refuses to unmount a busy mount) pushes its data, exits, and leaves its
+/// mount point a plain directory. Before, it exited leaving a dead mount:
+/// every access to the mount point failed with ENOTCONN ("Transport
+/// endpoint is not connected") until someone ran `fusermount3 -u -z`.
+#[test]
+fn a_busy_mount_stopped_with_sigterm_leaves_no_dead_mount_point() {
+    let (base, cluster) = up("sigterm-busy", "1");
+    let log = base.join("m.log");
+    let mut m = Mounted::logging(&cluster.0, base.join("m"), Some(&log));
+    std::fs::create_dir(m.p("w")).unwrap();
+    std::fs::write(m.p("w/f"), b"written before the stop").unwrap();
+    let mut holder = Command::new("sleep").arg("120").current_dir(m.p("w")).spawn().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &m.child.id().to_string()])
+        .status()
+        .unwrap();
+    let t = Instant::now();
+    let s = loop {
+        if let Some(s) = m.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the mount did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(s.success(), "the mount exited with {s}: {text}");
+    assert!(text.contains("was busy: detached it"), "{text}");
+    assert!(
+        !mounted(&m.at),
+        "a busy mount stopped with SIGTERM is still mounted: {text}"
+    );
+    assert!(
+        std::fs::read_dir(&m.at).is_ok(),
+        "the mount point is not a plain directory again"
+    );
+    let d = cluster.0.to_str().unwrap();
+    let (ok, out, err) = parcache(&["cat", "--data", d, "pc:/w/f"]);
+    assert!(ok && out == "written before the stop", "{out}{err}");
+    drop(m);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A mount stopped with SIGTERM pushes its dirty data and exits 0; one
 /// whose servers all died meanwhile exits with the error naming what it
 /// could not reach, having tried once, and the next `parcache down` says
