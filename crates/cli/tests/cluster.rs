@@ -141,6 +141,13 @@ fn cp_round_trips_and_errors_name_the_path() {
     assert!(!ok && err.contains("missing") && err.contains("not found"), "{err}");
     let (ok, _, err) = parcache(&["rm", "--data", c.d(), "pc:/dir"]);
     assert!(!ok && err.contains("not empty"), "{err}");
+    for op in ["rm", "mkdir"] {
+        let (ok, _, err) = parcache(&[op, "--data", c.d(), "pc:/"]);
+        assert!(
+            !ok && err.contains("the root directory is always there"),
+            "{op} pc:/: {err}"
+        );
+    }
     let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/dir", "write=write-fool"]);
     assert!(!ok && err.contains("write-fool"), "{err}");
     let (ok, stdout, err) = parcache(&[

@@ -41,7 +41,7 @@ impl Fs {
             return Err(FsError::Remote {
                 path: path.into(),
                 code: ErrorCode::Invalid,
-                message: "the root has no parent".into(),
+                message: "the root directory is always there: it cannot be made, removed, renamed or linked".into(),
             });
         }
         let d = self.resolve(if dir.is_empty() { "/" } else { dir }).await?;
