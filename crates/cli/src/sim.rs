@@ -179,6 +179,20 @@ fn run_scenarios(a: RunArgs) -> Result<()> {
         threads: a.threads,
     };
     if a.name == "all" || a.name.contains('*') {
+        if a.plot.is_some() {
+            bail!(
+                "--plot draws one scenario's figure; '{}' runs several, whose plots go to --out {}",
+                a.name,
+                a.out.display()
+            );
+        }
+        if a.format == Format::Json {
+            bail!(
+                "--format json prints one scenario; '{}' runs several, whose JSON goes to --out {}",
+                a.name,
+                a.out.display()
+            );
+        }
         let chosen = select(&a.name);
         if chosen.is_empty() {
             bail!("no scenario matches '{}' (see `parcache sim list`)", a.name);

@@ -103,6 +103,14 @@ fn bad_input_is_named_and_fails() {
     assert!(!ok && err.contains("write-fast"), "{err}");
     let (ok, _, err) = parcache(&["sim", "kotz", "--record-blocks", "0.3"]);
     assert!(!ok && err.contains("--record-blocks 0.3"), "{err}");
+    // Options for one scenario, given with several: named, nothing run.
+    let (ok, _, err) = parcache(&["sim", "run", "all", "--plot", "/nonexistent/x.svg"]);
+    assert!(!ok && err.contains("--plot") && err.contains("'all'"), "{err}");
+    let (ok, _, err) = parcache(&["sim", "run", "kotz92-*", "--format", "json"]);
+    assert!(
+        !ok && err.contains("--format json") && err.contains("'kotz92-*'"),
+        "{err}"
+    );
 }
 
 /// A pattern runs one paper's scenarios as `all` runs every one (the
