@@ -45,7 +45,9 @@ pub enum FrameError {
     Truncated,
     #[error("connection closed")]
     Closed,
-    #[error("i/o: {0}")]
+    /// Said as the I/O error itself: a message with it and a source of it
+    /// printed it twice along an error's chain ("i/o: X: X").
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
@@ -161,6 +163,23 @@ pub async fn write_frame<M: Serialize, W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// An I/O error is said once along the chain a user is shown
+    /// (`anyhow`'s `{:#}` joins each error and its sources).
+    #[test]
+    fn an_io_error_is_said_once_along_its_chain() {
+        let e = FrameError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by the peer",
+        ));
+        let mut said = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            said += &format!(": {c}");
+            cause = c.source();
+        }
+        assert_eq!(said.matches("reset by the peer").count(), 1, "{said}");
+    }
 
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
     enum T {
