@@ -405,6 +405,25 @@ fn a_cluster_and_a_mount_point_named_in_bytes_that_are_not_utf8() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Sends the mount SIGTERM and waits (at most a minute) for it to exit.
+fn sigterm(m: &mut Mounted) -> std::process::ExitStatus {
+    Command::new("kill")
+        .args(["-TERM", &m.child.id().to_string()])
+        .status()
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        if let Some(s) = m.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the mount did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A mount stopped with SIGTERM while a program works in it (the kernel
 /// refuses to unmount a busy mount) pushes its data, exits, and leaves its
 /// mount point a plain directory. Before, it exited leaving a dead mount:
@@ -418,21 +437,7 @@ fn a_busy_mount_stopped_with_sigterm_leaves_no_dead_mount_point() {
     std::fs::create_dir(m.p("w")).unwrap();
     std::fs::write(m.p("w/f"), b"written before the stop").unwrap();
     let mut holder = Command::new("sleep").arg("120").current_dir(m.p("w")).spawn().unwrap();
-    Command::new("kill")
-        .args(["-TERM", &m.child.id().to_string()])
-        .status()
-        .unwrap();
-    let t = Instant::now();
-    let s = loop {
-        if let Some(s) = m.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the mount did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let s = sigterm(&mut m);
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = holder.kill();
     let _ = holder.wait();
@@ -476,23 +481,6 @@ fn a_mount_stopped_with_sigterm_pushes_its_data_or_says_why_not_once() {
             "consistency=none",
         ]);
         assert!(ok, "{err}");
-    };
-    let sigterm = |m: &mut Mounted| {
-        Command::new("kill")
-            .args(["-TERM", &m.child.id().to_string()])
-            .status()
-            .unwrap();
-        let t = Instant::now();
-        loop {
-            if let Some(s) = m.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "the mount did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     };
 
     // Servers up: the dirty bytes reach them, and the mount exits 0.
