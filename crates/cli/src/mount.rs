@@ -73,17 +73,21 @@ pub fn absolute(dir: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Whether the absolute path `abs` is listed in the mount table.
+fn listed(abs: &Path) -> bool {
+    // Read as bytes: a mount point that is not UTF-8, here or anywhere
+    // on the host, must not hide a mount.
+    std::fs::read("/proc/mounts")
+        .map(|m| parcache_fuse::mount_table(&m).iter().any(|e| e.at == abs))
+        .unwrap_or(false)
+}
+
 /// Whether `dir` is a mount point, and whether its file system answers.
 pub fn state(dir: &Path) -> MountState {
     let Some(abs) = absolute(dir) else {
         return MountState::NotMounted;
     };
-    // Read as bytes: a mount point that is not UTF-8, here or anywhere
-    // on the host, must not hide a mount.
-    let listed = std::fs::read("/proc/mounts")
-        .map(|m| parcache_fuse::mount_table(&m).iter().any(|e| e.at == abs))
-        .unwrap_or(false);
-    if !listed {
+    if !listed(&abs) {
         return MountState::NotMounted;
     }
     // Opening the directory always reaches the mount's process (a `stat`
@@ -357,7 +361,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
     if let Err(e) = &pushed {
         recorded.lost(&a.mountpoint, e);
     }
-    if state(&a.mountpoint) != MountState::NotMounted {
+    // Only the mount table is read: opening the directory, as `state`
+    // does, would send a request through this process's own session.
+    if absolute(&a.mountpoint).is_some_and(|abs| listed(&abs)) {
         // Busy (a program's open file or working directory in it): the
         // kernel kept it mounted, and once this process exits it would be
         // a dead mount, every access failing with ENOTCONN until someone
