@@ -2447,6 +2447,76 @@ fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// `stat --cached=never` of the open file `f` (its standard input): the
+/// kernel asks the mount for the attributes however fresh its own are, as
+/// it does before a `chown`. The mode in octal and the size.
+fn stat_uncached(f: &std::fs::File) -> String {
+    let out = Command::new("stat")
+        .args(["--cached=never", "-c", "%a %s", "-"])
+        .stdin(f.try_clone().unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The kernel's getattrs around a setattr of a new file are answered by
+/// the mount with the metadata server stopped: its directory's (from the
+/// create) and, right after a setattr of the same node (`tar x` sets a
+/// file's times, then `chown` makes the kernel ask for its attributes
+/// again), the file's, from the setattr's answer; yet not once another node changed
+/// the file: a `chown` then clears the set-user-ID bit the other node
+/// set, as the kernel does with the server's answer.
+#[test]
+fn a_getattr_after_a_setattr_is_answered_by_the_mount_until_another_node_changes_the_file() {
+    let (base, cluster, a, b) = two_nodes("set-then-get", "2");
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    let mode = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode;
+    // The directory's attributes a create left with the mount stay there
+    // through a setattr of the new file (the kernel asks for them at its
+    // next path walk).
+    let root = std::fs::File::open(a.p(".")).unwrap();
+    let dir = (0..3).find_map(|i| {
+        let p = a.p(&format!("d{i}"));
+        std::fs::write(&p, b"").unwrap();
+        std::fs::set_permissions(&p, mode(0o600)).unwrap();
+        let r = root.try_clone().unwrap();
+        while_stopped(&[mds_pid], Duration::from_millis(500), move || Ok(stat_uncached(&r)))
+    });
+    assert!(dir.is_some(), "the directory, answered without the metadata server");
+    drop(root);
+
+    std::fs::write(a.p("f"), b"one").unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(a.p("f")).unwrap();
+    f.write_all(b" two").unwrap();
+    let asked = (0..3).find_map(|_| {
+        f.set_permissions(mode(0o640)).unwrap();
+        let g = f.try_clone().unwrap();
+        while_stopped(&[mds_pid], Duration::from_millis(500), move || Ok(stat_uncached(&g)))
+    });
+    assert_eq!(
+        asked.as_deref(),
+        Some("640 7"),
+        "answered without the metadata server, with the bytes written and not yet closed"
+    );
+
+    // b sets the set-user-ID bit: a's lease is called back first.
+    std::fs::set_permissions(b.p("f"), mode(0o4755)).unwrap();
+    assert_eq!(stat_uncached(&f), "4755 7", "b's chmod, seen through a");
+    f.set_permissions(mode(0o4750)).unwrap();
+    std::fs::set_permissions(b.p("f"), mode(0o4755)).unwrap();
+    std::os::unix::fs::fchown(&f, Some(1), None).unwrap();
+    drop(f);
+    let m = std::fs::metadata(b.p("f")).unwrap();
+    assert_eq!(
+        (m.mode() & 0o7777, m.uid()),
+        (0o755, 1),
+        "the chown on a cleared b's set-user-ID bit"
+    );
+    assert_eq!(std::fs::read(b.p("f")).unwrap(), b"one two");
+    finish(base, cluster, a, b);
+}
+
 /// Runs `op` on another thread while processes `pids` are stopped
 /// (SIGSTOP): its result if it returned within `budget` (otherwise it is
 /// waited for after SIGCONT, and `None`).

@@ -724,9 +724,10 @@ impl Fs {
         Ok(())
     }
 
-    /// The metadata server showed a file's attributes (a `getattr`): the
-    /// node keeps the newest view it was given ([`NodeFile::learned`]).
-    pub(crate) fn seen(&self, a: &Attr) {
+    /// The metadata server showed a file's attributes (a `getattr`, or a
+    /// setattr's answer a mount gives for one): the node keeps the newest
+    /// view it was given ([`NodeFile::learned`]).
+    pub fn seen(&self, a: &Attr) {
         self.with_file(a.handle, |_, f| f.learned(view(a)));
     }
 

@@ -58,6 +58,9 @@ struct Held {
     /// Lookups' answers kept for the open that usually follows
     /// ([`KernelLeases::take_looked`]).
     looked: HashMap<u64, Looked>,
+    /// Setattrs' answers kept for the kernel's getattr of the same file
+    /// that follows ([`KernelLeases::take_set`]).
+    set: HashMap<u64, Looked>,
     /// Directories whose names this node knows under a lease on them
     /// (`WatchDir`): a name not among them is absent.
     dirs: HashMap<u64, KnownNames>,
@@ -199,6 +202,50 @@ impl KernelLeases {
         fresh.then_some((l.attr, l.policies))
     }
 
+    /// Keeps a setattr's answer `attr` for the kernel's getattr of the
+    /// file that follows: a `chown` makes the kernel ask for the file's
+    /// attributes again (it clears set-user-ID bits itself), right after
+    /// `tar x`, `cp -a` or `rsync` set the file's times. `t` and `before`
+    /// (this node's metadata changes, sent and ended) were taken before
+    /// the setattr was sent: kept only if no change was in flight then, so
+    /// the answer reflects every change this node made.
+    pub(crate) fn set(&self, t: Ticket, before: (u64, u64), attr: &Attr) {
+        if !t.leased || before.0 != before.1 || attr.kind != FileKind::File {
+            return;
+        }
+        let mut held = self.held.lock();
+        if held.set.len() >= MAX_LOOKED {
+            held.set.clear();
+        }
+        let kept = Looked {
+            attr: attr.clone(),
+            policies: Vec::new(),
+            ticket: t,
+            // The setattr itself is the one change allowed since.
+            changes: before.0 + 1,
+        };
+        held.set.insert(attr.handle, kept);
+    }
+
+    /// The answer of the last setattr of `handle`, with its ticket, while
+    /// the metadata server would answer a getattr with the same: the lease
+    /// runs, no lease of this node was called back (another node's change
+    /// is answered only after the callback) and this node sent no change
+    /// after the setattr (`changes_now`, as [`KernelLeases::set`] counts).
+    pub(crate) fn take_set(&self, handle: u64, changes_now: (u64, u64)) -> Option<(Attr, Ticket)> {
+        let mut held = self.held.lock();
+        let l = held.set.get(&handle)?;
+        let fresh = l.ticket.forgotten == held.forgotten
+            && l.ticket.at.elapsed() + MARGIN < Duration::from_nanos(LEASE.0)
+            && changes_now.0 == l.changes;
+        if fresh {
+            Some((l.attr.clone(), l.ticket))
+        } else {
+            held.set.remove(&handle);
+            None
+        }
+    }
+
     /// The metadata server called back the lease on `handle` (`None`: the
     /// connection to it was lost, every lease goes): the kernel forgets
     /// the file's names, then its attributes. Blocks until it has.
@@ -209,11 +256,13 @@ impl KernelLeases {
             match handle {
                 Some(h) => {
                     held.looked.remove(&h);
+                    held.set.remove(&h);
                     held.dirs.remove(&h);
                     vec![(h, held.names.remove(&h).unwrap_or_default())]
                 }
                 None => {
                     held.looked.clear();
+                    held.set.clear();
                     held.dirs.clear();
                     held.names.drain().collect()
                 }
@@ -330,6 +379,7 @@ impl KernelLeases {
         let mut held = self.held.lock();
         held.names.remove(&ino);
         held.looked.remove(&ino);
+        held.set.remove(&ino);
     }
 }
 
@@ -493,6 +543,61 @@ mod tests {
         assert_eq!(l.take_looked(5, (4, 4)), None);
         l.looked(ticket(&l), (4, 4), &a, p());
         assert!(l.take_looked(5, (4, 4)).is_some(), "and fresh again after all that");
+    }
+
+    /// The kernel's getattr takes a setattr's answer while the server
+    /// would answer the same: the setattr was this node's only change
+    /// since it was sent and none was in flight then, no callback came
+    /// since its ticket, the lease runs; and as often as it is asked.
+    #[test]
+    fn a_getattr_takes_a_setattr_only_while_nothing_changed() {
+        let l = KernelLeases::default();
+        let a = attr(5, FileKind::File);
+        let got = |l: &KernelLeases, changes| l.take_set(5, changes).map(|(a, _)| a);
+        l.set(ticket(&l), (3, 3), &a);
+        assert_eq!(got(&l, (4, 4)), Some(a.clone()), "the setattr itself is change 4");
+        assert_eq!(got(&l, (4, 4)), Some(a.clone()), "kept for the next getattr too");
+        assert_eq!(got(&l, (5, 4)), None, "another change sent since");
+        assert_eq!(got(&l, (4, 4)), None, "and forgotten");
+        // A change was in flight when the setattr was sent.
+        l.set(ticket(&l), (4, 3), &a);
+        assert_eq!(got(&l, (5, 5)), None);
+        // A callback (of any file) crossing the setattr.
+        let t = ticket(&l);
+        l.forget(Some(9));
+        l.set(t, (3, 3), &a);
+        assert_eq!(got(&l, (4, 4)), None);
+        // A callback of the file after it.
+        l.set(ticket(&l), (3, 3), &a);
+        l.forget(Some(5));
+        assert_eq!(got(&l, (4, 4)), None);
+        // The lease ran out; no lease; not a file.
+        let old = Ticket {
+            at: Instant::now() - Duration::from_nanos(LEASE.0),
+            ..ticket(&l)
+        };
+        l.set(old, (3, 3), &a);
+        assert_eq!(got(&l, (4, 4)), None);
+        l.set(
+            Ticket {
+                leased: false,
+                ..ticket(&l)
+            },
+            (3, 3),
+            &a,
+        );
+        assert_eq!(got(&l, (4, 4)), None);
+        l.set(ticket(&l), (3, 3), &attr(6, FileKind::Dir));
+        assert_eq!(l.take_set(6, (4, 4)).map(|(a, _)| a), None);
+        // The kernel dropped the inode; the connection was lost.
+        l.set(ticket(&l), (3, 3), &a);
+        l.dropped(5);
+        assert_eq!(got(&l, (4, 4)), None);
+        l.set(ticket(&l), (3, 3), &a);
+        l.forget(None);
+        assert_eq!(got(&l, (4, 4)), None);
+        l.set(ticket(&l), (3, 3), &a);
+        assert!(got(&l, (4, 4)).is_some(), "and fresh again after all that");
     }
 
     /// A callback's invalidation comes after every answer whose time to

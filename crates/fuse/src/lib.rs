@@ -337,6 +337,18 @@ impl Mount {
         c.generation += 1;
     }
 
+    /// This node is about to change the attributes of `ino` (a file's
+    /// mode, owner or times; no name): only its own attributes, if it is a
+    /// directory, are no longer answered from [`CreatedIn`]. A program that
+    /// sets a new file's attributes before closing it (`tar x`, `cp -a`,
+    /// `rsync`) then still finds its directory's attributes here at its
+    /// next path walk.
+    fn attrs_change(&self, ino: u64) {
+        let mut c = self.created_in.lock();
+        c.dirs.remove(&ino);
+        c.generation += 1;
+    }
+
     /// Runs `op` and answers with success or its errno.
     fn done(&self, op: impl Future<Output = Result<(), FsError>> + Send + 'static, reply: ReplyEmpty) {
         self.run(async move {
@@ -647,6 +659,15 @@ impl Filesystem for Mount {
         if let Some((a, left)) = self.created_in.lock().fresh(ino) {
             return reply.attr(&left, &file_attr(&fs, &a));
         }
+        // Right after a setattr of this node's (the kernel's own getattr
+        // before a `chown`): the metadata server would answer the same.
+        if let Some((a, t)) = self.leases.take_set(ino, fs.metadata_changes()) {
+            fs.seen(&a);
+            let attr = file_attr(&fs, &a);
+            return self
+                .leases
+                .reply_with(t, &a, None, DIR_TTL, |ttl| reply.attr(ttl, &attr));
+        }
         let (leases, t) = self.ticket();
         self.run(async move {
             match fs.getattr(ino).await {
@@ -677,11 +698,12 @@ impl Filesystem for Mount {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        self.dirs_change();
+        self.attrs_change(ino);
         let fs = self.fs.clone();
         let attr = size.map(|_| self.attr_of(ino));
         let open = self.open.clone();
         let (leases, t) = self.ticket();
+        let before = fs.metadata_changes();
         self.run(async move {
             let r = async {
                 let mut a = None;
@@ -701,7 +723,11 @@ impl Filesystem for Mount {
                         atime: atime.map(stamp),
                         mtime: mtime.map(stamp),
                     };
-                    a = Some(fs.setattr(ino, set).await?);
+                    let set = fs.setattr(ino, set).await?;
+                    if size.is_none() {
+                        leases.set(t, before, &set);
+                    }
+                    a = Some(set);
                 }
                 match a {
                     Some(a) => Ok(a),
