@@ -2517,6 +2517,38 @@ fn a_getattr_after_a_setattr_is_answered_by_the_mount_until_another_node_changes
     finish(base, cluster, a, b);
 }
 
+/// A modification time set on an open file before its close (`tar x`,
+/// `cp -a` set each file's so) is the file's after the close, on this node
+/// and another: the writes' size report, which stamps the time of the
+/// report at the metadata server, goes before the new time, not after.
+/// A time set after a later write is that write's again.
+#[test]
+fn a_modification_time_set_before_the_close_survives_the_close() {
+    let (base, cluster, a, b) = two_nodes("times-then-close", "2");
+    let then = std::time::UNIX_EPOCH + Duration::from_secs(1_153_704_088);
+    let mtime = |m: std::fs::Metadata| m.modified().unwrap();
+    let mut f = std::fs::File::create(a.p("f")).unwrap();
+    for _ in 0..3 {
+        f.write_all(&[7u8; 100_000]).unwrap();
+    }
+    f.set_modified(then).unwrap();
+    drop(f);
+    assert_eq!(mtime(std::fs::metadata(b.p("f")).unwrap()), then, "on another node");
+    let f = std::fs::File::open(a.p("f")).unwrap();
+    assert!(stat_uncached(&f).ends_with(" 300000"));
+    assert_eq!(mtime(f.metadata().unwrap()), then, "on the writer's node");
+    drop(f);
+    assert_eq!(std::fs::read(b.p("f")).unwrap(), vec![7u8; 300_000]);
+
+    // Written after the time was set: the write's time.
+    let mut f = std::fs::OpenOptions::new().append(true).open(a.p("f")).unwrap();
+    f.set_modified(then).unwrap();
+    f.write_all(b"more").unwrap();
+    drop(f);
+    assert!(mtime(std::fs::metadata(b.p("f")).unwrap()) > then + Duration::from_secs(3600));
+    finish(base, cluster, a, b);
+}
+
 /// Runs `op` on another thread while processes `pids` are stopped
 /// (SIGSTOP): its result if it returned within `budget` (otherwise it is
 /// waited for after SIGCONT, and `None`).

@@ -559,6 +559,25 @@ impl Fs {
         self.run(&st, a.handle, acts, &mut a.clone()).await
     }
 
+    /// The file's modification time is about to be set
+    /// ([`Consistency::set_times`]): this node's unreported writes go
+    /// first. Nothing to do for a file this node holds no state of.
+    ///
+    /// [`Consistency::set_times`]: parcache_core::consistency::Consistency::set_times
+    pub async fn before_times(&self, a: &Attr) -> Result<()> {
+        if !self.files.lock().contains_key(&a.handle) {
+            return Ok(());
+        }
+        let st = self.state(a).await?;
+        let now = self.now();
+        let acts = self.with_file(a.handle, |p, f| p.set_times(f, now));
+        if acts.is_empty() {
+            return Ok(());
+        }
+        let _shared = st.gate.read().await;
+        self.run(&st, a.handle, acts, &mut a.clone()).await
+    }
+
     /// An open description of the file (opened with `write`) went away:
     /// under `sprite` the metadata server is told (dirty blocks stay: the
     /// next opener elsewhere recalls them); the last one on this node stops

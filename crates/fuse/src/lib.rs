@@ -702,8 +702,15 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         let attr = size.map(|_| self.attr_of(ino));
         let open = self.open.clone();
+        // Setting a file open here to a given modification time: its
+        // unreported writes go first (`Fs::before_times`), or their report
+        // would stamp the time of the close over it. (A time of now may
+        // as well be the report's.)
+        let given = matches!(mtime, Some(TimeOrNow::SpecificTime(_)));
+        let written = given
+            .then(|| self.open.lock().get(&ino).map(|(a, _)| a.clone()))
+            .flatten();
         let (leases, t) = self.ticket();
-        let before = fs.metadata_changes();
         self.run(async move {
             let r = async {
                 let mut a = None;
@@ -723,6 +730,10 @@ impl Filesystem for Mount {
                         atime: atime.map(stamp),
                         mtime: mtime.map(stamp),
                     };
+                    if let Some(w) = &written {
+                        fs.before_times(w).await?;
+                    }
+                    let before = fs.metadata_changes();
                     let set = fs.setattr(ino, set).await?;
                     if size.is_none() {
                         leases.set(t, before, &set);

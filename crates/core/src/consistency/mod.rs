@@ -557,6 +557,19 @@ pub trait Consistency: fmt::Debug + Send + Sync {
         vec![]
     }
 
+    /// The file's modification time is about to be set (`utimensat`,
+    /// `touch`; `tar x` and `cp -a` set it before closing the file): what
+    /// this node wrote and has not reported goes first, whatever the
+    /// plug-in. The size report stamps the modification time at the
+    /// metadata server, so a report after the new time would undo it
+    /// (Linux's NFS client writes a file's dirty pages back before any
+    /// SETATTR of it, `nfs_setattr`). A report that is not due sends
+    /// nothing.
+    fn set_times(&self, file: &mut NodeFile, now: Time) -> Vec<Action> {
+        let _ = (file, now);
+        vec![Action::PushDirty, Action::ReportSize]
+    }
+
     /// An open description (opened with `write`) went away. The open is
     /// uncounted here.
     fn release(&self, file: &mut NodeFile, now: Time, write: bool) -> Vec<Action> {
