@@ -12,7 +12,7 @@ use parcache_core::consistency::capfs::CapfsParams;
 use parcache_core::consistency::{Action, Callback, Consistency, KernelCache, NodeFile, ServerView};
 use parcache_core::cooperative::CooperativeKind;
 use parcache_core::BlockKey;
-use parcache_core::{ConsistencyKind, FilePolicies, PrefetchKind, StoreKind};
+use parcache_core::{ConsistencyKind, FilePolicies, PrefetchKind, StoreKind, Time};
 use parcache_proto::{never_changed, SMALL_COPY_MAX};
 use parcache_proto::{Attr, Request, Response, SetAttr};
 use std::collections::VecDeque;
@@ -549,9 +549,19 @@ impl Fs {
     /// every descriptor, duplicates too): under `close-to-open` the file's
     /// dirty blocks go down and its size reaches the metadata server.
     pub async fn flush(&self, a: &Attr) -> Result<()> {
+        self.decide_and_run(a, |p, f, now| p.flush(f, now)).await
+    }
+
+    /// Runs what the file's plug-in decides (`decide`, given the time now),
+    /// if anything, beside this node's other reads and writes of the file.
+    async fn decide_and_run(
+        &self,
+        a: &Attr,
+        decide: impl FnOnce(&Arc<dyn Consistency>, &mut NodeFile, Time) -> Vec<Action>,
+    ) -> Result<()> {
         let st = self.state(a).await?;
         let now = self.now();
-        let acts = self.with_file(a.handle, |p, f| p.flush(f, now));
+        let acts = self.with_file(a.handle, |p, f| decide(p, f, now));
         if acts.is_empty() {
             return Ok(());
         }
@@ -568,14 +578,7 @@ impl Fs {
         if !self.files.lock().contains_key(&a.handle) {
             return Ok(());
         }
-        let st = self.state(a).await?;
-        let now = self.now();
-        let acts = self.with_file(a.handle, |p, f| p.set_times(f, now));
-        if acts.is_empty() {
-            return Ok(());
-        }
-        let _shared = st.gate.read().await;
-        self.run(&st, a.handle, acts, &mut a.clone()).await
+        self.decide_and_run(a, |p, f, now| p.set_times(f, now)).await
     }
 
     /// An open description of the file (opened with `write`) went away:
