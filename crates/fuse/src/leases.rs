@@ -101,6 +101,25 @@ struct Looked {
     changes: u64,
 }
 
+impl Looked {
+    /// Whether an answer `attr` to a request of ticket `t`, sent with this
+    /// node's metadata changes at `changes` (sent, ended), is worth keeping:
+    /// a file's, under a lease, with no change of this node's in flight.
+    fn keeps(t: Ticket, changes: (u64, u64), attr: &Attr) -> bool {
+        t.leased && changes.0 == changes.1 && attr.kind == FileKind::File
+    }
+
+    /// Whether the metadata server would still answer the same: no lease
+    /// of this node was called back since the ticket (`forgotten`, the
+    /// callbacks so far), the lease runs, and this node's changes are
+    /// still the count kept (`changes_now`).
+    fn fresh(&self, forgotten: u64, changes_now: (u64, u64)) -> bool {
+        self.ticket.forgotten == forgotten
+            && self.ticket.at.elapsed() + MARGIN < Duration::from_nanos(LEASE.0)
+            && changes_now.0 == self.changes
+    }
+}
+
 /// Taken before a request whose answer the kernel may keep.
 #[derive(Clone, Copy)]
 pub(crate) struct Ticket {
@@ -169,7 +188,7 @@ impl KernelLeases {
     /// lookup was sent. Kept only if no change of this node's was in
     /// flight then, so the answer reflects every change it made.
     pub(crate) fn looked(&self, t: Ticket, changes: (u64, u64), attr: &Attr, policies: Vec<(String, String)>) {
-        if !t.leased || changes.0 != changes.1 || attr.kind != FileKind::File {
+        if !Looked::keeps(t, changes, attr) {
             return;
         }
         let mut held = self.held.lock();
@@ -196,10 +215,7 @@ impl KernelLeases {
     pub(crate) fn take_looked(&self, handle: u64, changes_now: (u64, u64)) -> Option<(Attr, Vec<(String, String)>)> {
         let mut held = self.held.lock();
         let l = held.looked.remove(&handle)?;
-        let fresh = l.ticket.forgotten == held.forgotten
-            && l.ticket.at.elapsed() + MARGIN < Duration::from_nanos(LEASE.0)
-            && changes_now.0 == l.changes;
-        fresh.then_some((l.attr, l.policies))
+        l.fresh(held.forgotten, changes_now).then_some((l.attr, l.policies))
     }
 
     /// Keeps a setattr's answer `attr` for the kernel's getattr of the
@@ -210,7 +226,7 @@ impl KernelLeases {
     /// the setattr was sent: kept only if no change was in flight then, so
     /// the answer reflects every change this node made.
     pub(crate) fn set(&self, t: Ticket, before: (u64, u64), attr: &Attr) {
-        if !t.leased || before.0 != before.1 || attr.kind != FileKind::File {
+        if !Looked::keeps(t, before, attr) {
             return;
         }
         let mut held = self.held.lock();
@@ -235,10 +251,7 @@ impl KernelLeases {
     pub(crate) fn take_set(&self, handle: u64, changes_now: (u64, u64)) -> Option<(Attr, Ticket)> {
         let mut held = self.held.lock();
         let l = held.set.get(&handle)?;
-        let fresh = l.ticket.forgotten == held.forgotten
-            && l.ticket.at.elapsed() + MARGIN < Duration::from_nanos(LEASE.0)
-            && changes_now.0 == l.changes;
-        if fresh {
+        if l.fresh(held.forgotten, changes_now) {
             Some((l.attr.clone(), l.ticket))
         } else {
             held.set.remove(&handle);
