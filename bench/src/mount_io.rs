@@ -225,8 +225,10 @@ fn make_tree(dir: &Path) -> Result<PathBuf> {
 
 /// Unpacks `tar` ([`make_tree`]'s) into a new directory under `dir` with
 /// `tar x`, which (as root) sets each file's times, owner and mode before
-/// closing it, as `cp -a` and `rsync` do; returns files per second.
-fn untar(dir: &Path, tar: &Path) -> Result<f64> {
+/// closing it, as `cp -a` and `rsync` do; returns files per second, and
+/// how many differences `tar d` then found between the tree and the
+/// archive (bindfs loses every file's modification time here).
+fn untar(dir: &Path, tar: &Path) -> Result<(f64, usize)> {
     let d = dir.join("untar");
     std::fs::create_dir(&d)?;
     let t = Instant::now();
@@ -235,7 +237,10 @@ fn untar(dir: &Path, tar: &Path) -> Result<f64> {
     if !ok.success() {
         bail!("tar xf {} -C {} failed", tar.display(), d.display());
     }
-    Ok(TREE_FILES as f64 / secs)
+    // Whether what was unpacked is the archive: contents, modes and times.
+    let compared = Command::new("tar").arg("df").arg(tar).arg("-C").arg(&d).output()?;
+    let differ = String::from_utf8_lossy(&compared.stdout).lines().count();
+    Ok((TREE_FILES as f64 / secs, differ))
 }
 
 /// CPU seconds this process has used (user and system): every daemon of
@@ -262,8 +267,10 @@ struct Figures {
     rand_cached4: f64,
     files: f64,
     files_read: f64,
-    /// Files a second `tar x` unpacked ([`untar`]).
+    /// Files a second `tar x` unpacked, and the differences from the
+    /// archive after ([`untar`]).
     untar: f64,
+    untar_differ: usize,
     /// IOR's patterns (GB/s): shared file and file per process, write and read.
     ior: [f64; 4],
     /// mdtest's phases (operations/s): create, stat, remove.
@@ -367,7 +374,7 @@ fn measure(
     cold()?;
     let fr = read_small_files(dir, files)?;
     eprintln!("{name}: tar x of {TREE_FILES} files");
-    let untar = untar(dir, tar)?;
+    let (untar, untar_differ) = untar(dir, tar)?;
     eprintln!("{name}: IOR's patterns (2 processes, shared file and file per process) and mdtest's (2 processes, {files} files)");
     let ior = ior_patterns(dir, mib, &mut cold)?;
     let md = md_phases(dir, files)?;
@@ -382,6 +389,7 @@ fn measure(
         files: f,
         files_read: fr,
         untar,
+        untar_differ,
         ior,
         md,
         cpu_write,
@@ -526,6 +534,10 @@ fn main() -> Result<()> {
         "",
         "",
         pf.read_warm / tcp
+    );
+    println!(
+        "tar d after tar x: {} (local), {} (bindfs), {} (parcache) differences from the archive (contents, modes, times)",
+        lf.untar_differ, bf.untar_differ, pf.untar_differ
     );
     println!(
         "IOR's and mdtest's patterns (fio and threads; neither tool can be built here): 2 processes; {mib} MiB in 1 MiB transfers (write ends with fsync, read cold); {files} empty files in one directory"
