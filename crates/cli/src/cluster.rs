@@ -742,7 +742,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
 
 fn print_status(r: &StatusReport) -> Result<()> {
     outln!(
-        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9}  policy",
+        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7}  policy",
         "server",
         "address",
         "state",
@@ -754,12 +754,13 @@ fn print_status(r: &StatusReport) -> Result<()> {
         "immediate",
         "misses",
         "written",
-        "absorbed"
+        "absorbed",
+        "syncs"
     )?;
     for row in &r.servers {
         match &row.stats {
             Some(s) => outln!(
-                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9}  {}",
+                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7}  {}",
                 row.name,
                 row.address,
                 "up",
@@ -772,6 +773,7 @@ fn print_status(r: &StatusReport) -> Result<()> {
                 s.read_misses,
                 s.writes_down,
                 s.overwrites,
+                s.syncs,
                 s.role
             )?,
             None => outln!("{:<7} {:<16} {:>5}", row.name, row.address, "DOWN")?,

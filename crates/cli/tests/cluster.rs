@@ -824,6 +824,67 @@ fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
     keys.map(|k| iods.iter().map(|s| s[k].as_u64().expect("a counter")).sum())
 }
 
+/// Each server's counter `key` in `parcache status`, by name.
+fn server_counts(c: &Cluster, key: &str) -> std::collections::BTreeMap<String, u64> {
+    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let n = s["stats"][key].as_u64().expect("a counter");
+            (s["name"].as_str().unwrap().to_string(), n)
+        })
+        .collect()
+}
+
+/// An `fsync` syncs the data servers its node changed something on since
+/// its last sync there, not every server of the file's layout, and the
+/// metadata server only when the node changed something there: 4 KiB
+/// written costs one data server's sync, an `fsync` with nothing new none,
+/// 256 KiB (a stripe unit on each of four servers) all four. What was
+/// synced reads back through another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fsync_syncs_only_the_servers_its_node_changed_something_on() {
+    let c = Cluster::up("fsync-servers", 4);
+    let fs = c.fs().await;
+    let a = fs.create("/f", 0o644, true).await.unwrap();
+    let moved = |before: &std::collections::BTreeMap<String, u64>| -> Vec<String> {
+        let now = server_counts(&c, "syncs");
+        now.iter()
+            .filter(|(k, v)| before[*k] != **v)
+            .map(|(k, v)| format!("{k}+{}", v - before[k]))
+            .collect()
+    };
+    fs.write_at(&a, 0, &[1u8; 4096]).await.unwrap();
+    let before = server_counts(&c, "syncs");
+    fs.fsync(&a).await.unwrap();
+    let m = moved(&before);
+    assert!(
+        m.len() == 2 && m.iter().filter(|s| s.starts_with("iod")).count() == 1 && m.contains(&"mds+1".to_string()),
+        "one data server and the metadata server synced once each: {m:?}"
+    );
+    let before = server_counts(&c, "syncs");
+    fs.fsync(&a).await.unwrap();
+    let m = moved(&before);
+    assert!(m.is_empty(), "nothing new to sync, yet: {m:?}");
+    let data = common::pattern(256 << 10, 31);
+    fs.write_at(&a, 0, &data).await.unwrap();
+    let before = server_counts(&c, "syncs");
+    fs.fsync(&a).await.unwrap();
+    let m = moved(&before);
+    assert_eq!(m.len(), 5, "every data server and the metadata server: {m:?}");
+    let other = c.fs().await;
+    let b = other.resolve("/f").await.unwrap();
+    assert!(
+        other.read_at(&b, 0, 1 << 20).await.unwrap() == data,
+        "other bytes read back"
+    );
+    fs.close(&a, true).await.unwrap();
+}
+
 /// A data server reads its store around the page cache, so its own cache
 /// reads ahead of a sequential reader: a cold read of a file in 8 MiB
 /// pieces finds blocks of each later piece fetched already. Each block is

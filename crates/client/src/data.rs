@@ -394,14 +394,30 @@ impl DataPath {
     }
 
     /// Has each of `servers` sync its write log, all at once; `what` names
-    /// the file (or the whole node) in errors.
+    /// the file (or the whole node) in errors. A server this node changed
+    /// nothing at since its last sync there is not asked
+    /// ([`crate::peer::Peer::sync_due`]): an `fsync` costs only the
+    /// servers its file's writes went to, not every one of the layout.
     pub async fn sync_servers(&self, servers: &[u32], what: &str) -> Result<()> {
-        let calls = servers.iter().map(|&s| async move {
-            match self.call(s, &Request::Sync, &[]).await? {
-                (Response::Ok, _) => Ok(()),
-                (Response::Error(e), _) => Err(server_error(what, s, e)),
-                (other, _) => Err(FsError::Protocol(format!("unexpected reply to Sync: {other:?}"))),
-            }
+        let calls = servers.iter().filter_map(|&s| {
+            // A server the layout names and the cluster lacks: the call's
+            // error says so.
+            let due = match self.iods.get(s as usize) {
+                Some(iod) => Some(iod.sync_due()?),
+                None => None,
+            };
+            Some(async move {
+                match self.call(s, &Request::Sync, &[]).await? {
+                    (Response::Ok, _) => {
+                        if let Some(due) = due {
+                            self.iods[s as usize].synced(due);
+                        }
+                        Ok(())
+                    }
+                    (Response::Error(e), _) => Err(server_error(what, s, e)),
+                    (other, _) => Err(FsError::Protocol(format!("unexpected reply to Sync: {other:?}"))),
+                }
+            })
         });
         for r in join_all(calls).await {
             r?;

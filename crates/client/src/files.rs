@@ -739,11 +739,19 @@ impl Fs {
             self.nv_sync().await?;
         } else {
             self.write_back(&st.pool, a.handle).await?;
-            self.report_attr(a.handle).await?;
-            self.data.sync(a.handle).await?;
+            // The data servers sync while the size goes to the metadata
+            // server and is committed there: the file's bytes are on the
+            // data servers before its size is reported (as at a close),
+            // and both are durable before the `fsync` returns.
+            let data = self.data.sync(a.handle);
+            let size = async {
+                self.report_attr(a.handle).await?;
+                self.sync_metadata().await
+            };
+            let (data, size) = tokio::join!(data, size);
+            return data.and(size);
         }
-        self.md(&self.what(a.handle), Request::Sync).await?;
-        Ok(())
+        self.sync_metadata().await
     }
 
     /// The metadata server showed a file's attributes (a `getattr`, or a

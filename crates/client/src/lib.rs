@@ -410,13 +410,21 @@ impl Fs {
     pub async fn sync_all(&self) -> Result<()> {
         let all: Vec<u32> = (0..self.data.servers() as u32).collect();
         self.data.sync_servers(&all, "sync").await?;
-        self.md("sync", Request::Sync).await?;
-        Ok(())
+        self.sync_metadata().await
     }
 
-    /// Makes every namespace change so far durable at the metadata server.
+    /// Makes every namespace change so far durable at the metadata server:
+    /// a durable commit there, unless this node changed nothing since its
+    /// last one ([`crate::peer::Peer::sync_due`]).
     pub async fn sync_metadata(&self) -> Result<()> {
-        self.md("sync", Request::Sync).await.map(|_| ())
+        // Its unlinks answered before the server had them count.
+        self.holds.settled().await;
+        let Some(due) = self.mds.sync_due() else {
+            return Ok(());
+        };
+        self.md("sync", Request::Sync).await?;
+        self.mds.synced(due);
+        Ok(())
     }
 
     /// Each pool of the node cache: its policies and counters.

@@ -36,11 +36,19 @@ pub struct Peer {
     /// answered (or failed) ([`Peer::changes`]).
     changes_sent: AtomicU64,
     changes_done: AtomicU64,
+    /// The count of changes sent that this client's last sync of the
+    /// server covers ([`Peer::sync_due`]).
+    synced: AtomicU64,
     /// This client's id for requests made at most once (`Request::Once`;
     /// 0: sent as they are), and the last sequence number given.
     once: AtomicU64,
     seq: AtomicU64,
 }
+
+/// What a sync about to be sent covers: every change this client sent
+/// before it (their count), if all were answered ([`Peer::sync_due`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SyncDue(Option<u64>);
 
 /// Counts a request that may change what the server answers as done when
 /// it ends; one abandoned in flight is never counted done (the server may
@@ -69,6 +77,7 @@ impl Peer {
             on_found: std::sync::OnceLock::new(),
             changes_sent: AtomicU64::new(0),
             changes_done: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
             once: AtomicU64::new(0),
             seq: AtomicU64::new(0),
         }
@@ -151,7 +160,7 @@ impl Peer {
 
     /// [`Peer::call`] with a payload borrowed or shared ([`Payload`]).
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
-        if req.reads_metadata_only() {
+        if req.changes_nothing() {
             return self.send(req, data).await;
         }
         self.changes_sent.fetch_add(1, Ordering::SeqCst);
@@ -168,6 +177,29 @@ impl Peer {
     pub fn changes(&self) -> (u64, u64) {
         let sent = self.changes_sent.load(Ordering::SeqCst);
         (sent, self.changes_done.load(Ordering::SeqCst))
+    }
+
+    /// Whether a sync of the server (`Request::Sync`) has anything of this
+    /// client's to make durable: a change was sent since the last sync
+    /// that covered every change before it, or one is in flight. `None`:
+    /// nothing. Once a sync sent after this returns, [`Peer::synced`]
+    /// takes what this gave.
+    pub fn sync_due(&self) -> Option<SyncDue> {
+        let (sent, done) = self.changes();
+        if sent == done && self.synced.load(Ordering::SeqCst) >= sent {
+            return None;
+        }
+        // A change in flight may reach the server after the sync: the
+        // sync then covers nothing for certain.
+        Some(SyncDue((sent == done).then_some(sent)))
+    }
+
+    /// A sync of the server sent after [`Peer::sync_due`] gave `due`
+    /// returned: every change answered before it is durable there.
+    pub fn synced(&self, due: SyncDue) {
+        if let Some(covered) = due.0 {
+            self.synced.fetch_max(covered, Ordering::SeqCst);
+        }
     }
 
     async fn send(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
@@ -236,5 +268,79 @@ impl Peer {
             tries: retries,
             reason: last,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parcache_proto::{serve, Handler};
+    use tokio::sync::Semaphore;
+
+    /// Answers every request at once, but a write only once `gate` lets it.
+    struct Server {
+        gate: Arc<Semaphore>,
+    }
+
+    impl Handler for Server {
+        async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+            if let Request::WriteBuffered { .. } = req {
+                self.gate.acquire().await.expect("open").forget();
+                return (Response::Written { len: 0 }, Bytes::new());
+            }
+            (Response::Ok, Bytes::new())
+        }
+    }
+
+    fn write() -> Request {
+        Request::WriteBuffered { handle: 1, offset: 0 }
+    }
+
+    /// A sync is due after a change and not after a read or another sync;
+    /// a sync sent while a change was in flight covers nothing, since the
+    /// change may reach the server after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sync_is_due_only_after_a_change_it_has_not_covered() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let secret = Secret::generate();
+        let gate = Arc::new(Semaphore::new(0));
+        let (_stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(serve(l, secret.clone(), Arc::new(Server { gate: gate.clone() }), rx));
+        let p = Arc::new(Peer::new("data server 0".into(), addr, secret));
+        assert!(p.sync_due().is_none(), "nothing sent yet");
+        let read = Request::Read {
+            handle: 1,
+            offset: 0,
+            len: 1,
+            need: 0,
+        };
+        p.call(&read, &[]).await.unwrap();
+        assert!(p.sync_due().is_none(), "a read changes nothing");
+
+        gate.add_permits(1);
+        p.call(&write(), b"x").await.unwrap();
+        let due = p.sync_due().expect("a change to sync");
+        p.call(&Request::Sync, &[]).await.unwrap();
+        p.synced(due);
+        assert!(p.sync_due().is_none(), "the sync covered the change");
+
+        // A change in flight while the sync is sent.
+        let w = tokio::spawn({
+            let p = p.clone();
+            async move { p.call(&write(), b"y").await.unwrap() }
+        });
+        while p.changes().0 == p.changes().1 {
+            tokio::task::yield_now().await;
+        }
+        let due = p.sync_due().expect("a change in flight");
+        p.call(&Request::Sync, &[]).await.unwrap();
+        p.synced(due);
+        gate.add_permits(1);
+        w.await.unwrap();
+        let due = p.sync_due().expect("the change in flight is not covered");
+        p.call(&Request::Sync, &[]).await.unwrap();
+        p.synced(due);
+        assert!(p.sync_due().is_none());
     }
 }

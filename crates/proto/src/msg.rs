@@ -753,6 +753,9 @@ pub struct ServerStats {
     /// the read hits on them (part of `read_hits`).
     pub prefetches: u64,
     pub prefetch_hits: u64,
+    /// Syncs clients asked the server for (`Request::Sync`: an `fsync` or
+    /// `sync` on a node).
+    pub syncs: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -1002,6 +1005,20 @@ impl Request {
                 | CalledBack { .. }
                 | Nodes
         )
+    }
+
+    /// Whether the server answers the request without changing anything
+    /// a later answer shows or a crash could lose: a read of metadata
+    /// ([`Request::reads_metadata_only`]), a data server's read of a part,
+    /// or a sync (which makes durable what is there, and changes no
+    /// answer). A client that sent only these since its last sync of a
+    /// server has nothing there to sync.
+    pub fn changes_nothing(&self) -> bool {
+        use Request::*;
+        if let As { req, .. } | Once { req, .. } = self {
+            return req.changes_nothing();
+        }
+        self.reads_metadata_only() || matches!(self, Read { .. } | Sync)
     }
 
     /// Whether a client sends the request to the metadata server made at

@@ -171,6 +171,8 @@ struct Iod {
     checkpointing: std::sync::atomic::AtomicBool,
     reads: AtomicU64,
     writes: AtomicU64,
+    /// Syncs asked for (`Request::Sync`).
+    syncs: AtomicU64,
     identity: Mutex<Option<ServerIdentity>>,
     /// Each part's length as its writes, truncates and extensions made it
     /// (dirty bytes in the cache included), loaded from the block store on
@@ -633,10 +635,13 @@ impl Handler for IodHandler {
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         let iod = &self.0;
         let resp = match req {
-            Request::Sync => match iod.sync().await {
-                Ok(()) => Response::Ok,
-                Err(e) => io_reply("sync (parts written directly, write log, chunk store)", e),
-            },
+            Request::Sync => {
+                iod.syncs.fetch_add(1, Ordering::Relaxed);
+                match iod.sync().await {
+                    Ok(()) => Response::Ok,
+                    Err(e) => io_reply("sync (parts written directly, write log, chunk store)", e),
+                }
+            }
             Request::Write { handle, offset } | Request::WriteBuffered { handle, offset } => {
                 let buffered = matches!(req, Request::WriteBuffered { .. });
                 let len = data.len() as u64;
@@ -847,6 +852,7 @@ impl Handler for IodHandler {
                     fs_id,
                     prefetches: c.prefetches,
                     prefetch_hits: c.prefetch_hits,
+                    syncs: iod.syncs.load(Ordering::Relaxed),
                 })
             }
             other => Response::error(
@@ -904,6 +910,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         checkpointing: false.into(),
         reads: AtomicU64::new(0),
         writes: AtomicU64::new(0),
+        syncs: AtomicU64::new(0),
         identity: Mutex::new(identity),
         part_len: Mutex::new(HashMap::new()),
     });

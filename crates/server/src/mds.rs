@@ -330,6 +330,8 @@ struct Mds {
     dir: PathBuf,
     /// Changes made since the last durable commit.
     unsynced: std::sync::atomic::AtomicBool,
+    /// Syncs asked for (`Request::Sync`).
+    syncs: AtomicU64,
     /// Files whose inode, or a name of which, requests changed since
     /// [`MdsHandler::leased`] last took them (for the leases' callbacks).
     changed: parking_lot::Mutex<Vec<Handle>>,
@@ -767,6 +769,7 @@ impl Mds {
             iods: cfg.iods.clone(),
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
             reserved: AtomicU64::new(reserved_handles(&cfg.data_dir)?),
             incarnation: AtomicU64::new(0),
             incarnations: AtomicU64::new(0),
@@ -1297,7 +1300,10 @@ impl Mds {
 
     fn op(&self, req: Request) -> R<Response> {
         match req {
-            Request::Sync => self.sync(),
+            Request::Sync => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                self.sync()
+            }
             Request::Lookup { parent, name } => self.read(|tx| Ok(Response::Attr(lookup(tx, parent, &name)?.attr))),
             Request::LookupPolicy { parent, name } => self.read(|tx| {
                 let i = lookup(tx, parent, &name)?;
@@ -1728,6 +1734,7 @@ impl Mds {
                     capacity_bytes,
                     free_bytes,
                     chunks,
+                    syncs: self.syncs.load(Ordering::Relaxed),
                     ..ServerStats::default()
                 }))
             }),
