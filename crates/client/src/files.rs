@@ -745,8 +745,10 @@ impl Fs {
             // and both are durable before the `fsync` returns.
             let data = self.data.sync(a.handle);
             let size = async {
-                self.report_attr(a.handle).await?;
-                self.sync_metadata().await
+                match self.report(a.handle, true).await? {
+                    Some(_) => Ok(()),
+                    None => self.sync_metadata().await,
+                }
             };
             let (data, size) = tokio::join!(data, size);
             return data.and(size);
@@ -781,6 +783,13 @@ impl Fs {
     /// Tells the metadata server the size this node wrote the file to, if
     /// a report is due; the file's attributes after.
     pub(crate) async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
+        self.report(handle, false).await
+    }
+
+    /// [`Fs::report_attr`]; `durably`: the metadata server commits durably
+    /// before it answers (`Request::Durably`: an `fsync`'s report and
+    /// commit in one round trip).
+    async fn report(&self, handle: u64, durably: bool) -> Result<Option<Attr>> {
         let Some(reporting) = self.files.lock().get(&handle).map(|s| s.reporting.clone()) else {
             return Ok(None);
         };
@@ -792,13 +801,29 @@ impl Fs {
         // Every part as long as the size about to be reported says.
         self.data.extend_parts(handle, old, size).await?;
         let what = self.what(handle);
+        let made = |req: Request| match durably {
+            true => Request::Durably { req: Box::new(req) },
+            false => req,
+        };
+        // What the commit covers: this node's unlinks answered before the
+        // server had them are sent first.
+        let mark = match durably {
+            true => {
+                self.holds.settled().await;
+                Some(self.mds.sync_mark())
+            }
+            false => None,
+        };
         let attr = match self.small_copy(handle, size) {
             Some((base, copy)) => {
                 let req = Request::WrittenSmall { handle, size, base };
-                self.md_attr_with(&what, req, &copy).await?
+                self.md_attr_with(&what, made(req), &copy).await?
             }
-            None => self.md_attr(&what, Request::Written { handle, size }).await?,
+            None => self.md_attr(&what, made(Request::Written { handle, size })).await?,
         };
+        if let Some(mark) = mark {
+            self.mds.synced_with_own(mark);
+        }
         self.with_file(handle, |_, f| f.reported(upto, view(&attr)));
         self.data.set_size(handle, attr.size, false);
         let interleaved = self

@@ -189,9 +189,30 @@ impl Peer {
         if sent == done && self.synced.load(Ordering::SeqCst) >= sent {
             return None;
         }
+        Some(self.sync_mark())
+    }
+
+    /// What a sync sent now would cover, due or not.
+    pub fn sync_mark(&self) -> SyncDue {
+        let (sent, done) = self.changes();
         // A change in flight may reach the server after the sync: the
         // sync then covers nothing for certain.
-        Some(SyncDue((sent == done).then_some(sent)))
+        SyncDue((sent == done).then_some(sent))
+    }
+
+    /// A change made durably (done, then a sync, before its answer:
+    /// `Request::Durably`), sent after [`Peer::sync_mark`] gave `mark`,
+    /// returned: it covers the changes before it, and itself if no other
+    /// was sent meanwhile.
+    pub fn synced_with_own(&self, mark: SyncDue) {
+        let Some(before) = mark.0 else {
+            return;
+        };
+        let covered = match self.changes() {
+            (sent, done) if sent == before + 1 && done == sent => sent,
+            _ => before,
+        };
+        self.synced.fetch_max(covered, Ordering::SeqCst);
     }
 
     /// A sync of the server sent after [`Peer::sync_due`] gave `due`
@@ -342,5 +363,14 @@ mod tests {
         p.call(&Request::Sync, &[]).await.unwrap();
         p.synced(due);
         assert!(p.sync_due().is_none());
+
+        // A change made durably covers itself and what came before it.
+        gate.add_permits(1);
+        p.call(&write(), b"z").await.unwrap();
+        let mark = p.sync_mark();
+        let durably = Request::Durably { req: Box::new(write()) };
+        p.call(&durably, &[]).await.unwrap();
+        p.synced_with_own(mark);
+        assert!(p.sync_due().is_none(), "the durable change covered both");
     }
 }

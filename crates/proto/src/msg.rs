@@ -658,6 +658,12 @@ pub enum Request {
         at_least: u64,
         len: u64,
     },
+    /// To the metadata server: `req`, then a durable commit of everything
+    /// done so far (as `Sync`), before the answer: an `fsync`'s size report
+    /// and commit in one round trip. `req`'s answer, or the commit's error.
+    Durably {
+        req: Box<Request>,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -1015,6 +1021,9 @@ impl Request {
     /// server has nothing there to sync.
     pub fn changes_nothing(&self) -> bool {
         use Request::*;
+        if let Durably { .. } = self {
+            return false;
+        }
         if let As { req, .. } | Once { req, .. } = self {
             return req.changes_nothing();
         }
@@ -1034,7 +1043,7 @@ impl Request {
     /// once, so a client may send it again after a lost connection.
     pub fn is_idempotent(&self) -> bool {
         use Request::*;
-        if let As { req, .. } = self {
+        if let As { req, .. } | Durably { req } = self {
             return req.is_idempotent();
         }
         matches!(

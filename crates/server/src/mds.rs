@@ -2346,6 +2346,28 @@ impl MdsHandler {
         let resp = match req {
             Request::As { .. } => Response::error(ErrorCode::BadRequest, "a request made for a node inside another"),
             Request::Once { .. } => Response::error(ErrorCode::BadRequest, "a request made once inside another"),
+            Request::Durably { req } => {
+                if matches!(
+                    *req,
+                    Request::As { .. } | Request::Once { .. } | Request::Durably { .. }
+                ) {
+                    return (
+                        Response::error(
+                            ErrorCode::BadRequest,
+                            "a request made for a node, once or durably inside a durable one",
+                        ),
+                        Bytes::new(),
+                    );
+                }
+                let (resp, data) = Box::pin(self.dispatch(from, once, *req, data)).await;
+                if matches!(resp, Response::Error(_)) {
+                    return (resp, data);
+                }
+                return match self.op(from, None, Request::Sync).await {
+                    e @ Response::Error(_) => (e, Bytes::new()),
+                    _ => (resp, data),
+                };
+            }
             Request::Shutdown => {
                 crate::stop_soon(&self.1);
                 Response::Ok
