@@ -2669,6 +2669,50 @@ fn a_directorys_names_known_under_a_lease_miss_no_other_nodes_name() {
     finish(base, cluster, a, b);
 }
 
+/// A name this node removed from a directory whose names it knows under
+/// a lease is answered absent by the mount itself (SQLite looks for its
+/// journal right after deleting it; the lookup waited for the unlink to
+/// reach the metadata server, then asked it). The name made again, here or
+/// on another node, is found on both.
+#[test]
+fn a_name_this_node_removed_is_answered_absent_without_the_metadata_server() {
+    let (base, cluster, a, b) = two_nodes("removed-names", "2");
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    std::fs::create_dir(a.p("d")).unwrap();
+    // a looks up names that are not there and creates them: it watches d.
+    for i in 0..10 {
+        let p = a.p(&format!("d/j{i}"));
+        assert_eq!(std::fs::metadata(&p).unwrap_err().kind(), ErrorKind::NotFound);
+        std::fs::write(&p, b"journal").unwrap();
+    }
+    let absent = (0..10).find_map(|i| {
+        let p = a.p(&format!("d/j{i}"));
+        std::fs::remove_file(&p).unwrap();
+        let r = while_stopped(&[mds_pid], Duration::from_millis(500), move || {
+            Ok(std::fs::metadata(&p).is_err_and(|e| e.kind() == ErrorKind::NotFound))
+        });
+        r.map(|gone| (i, gone))
+    });
+    let (i, gone) = absent.expect("the removed name, answered without the metadata server");
+    assert!(gone, "the removed name j{i} was found");
+    let name = format!("d/j{i}");
+    std::fs::write(a.p(&name), b"again").unwrap();
+    assert_eq!(
+        std::fs::read(b.p(&name)).unwrap(),
+        b"again",
+        "made again on a, read on b"
+    );
+    std::fs::remove_file(a.p(&name)).unwrap();
+    assert!(std::fs::metadata(a.p(&name)).is_err());
+    std::fs::write(b.p(&name), b"by b").unwrap();
+    assert_eq!(
+        std::fs::read(a.p(&name)).unwrap(),
+        b"by b",
+        "made again on b, read on a"
+    );
+    finish(base, cluster, a, b);
+}
+
 /// A node holding a directory alone answers its unlinks there before the
 /// metadata server has them (mdtest's remove phase: one FUSE request each,
 /// not a round trip more). Another node's request touching the directory

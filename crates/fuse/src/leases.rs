@@ -308,6 +308,22 @@ impl KernelLeases {
             .is_some_and(|k| Instant::now() < k.until && !k.names.contains(name))
     }
 
+    /// This node removed `name` from `dir` (an unlink, rmdir or rename
+    /// away answered): under a lease on the directory's names, a lookup
+    /// of it is answered absent from now on, as the server would answer
+    /// (its own unlink reaches the server before any later request of
+    /// this node's). SQLite looks for its journal right after removing it.
+    pub(crate) fn removed(&self, dir: u64, name: &[u8]) {
+        let mut held = self.held.lock();
+        if held.adding.get(&dir).is_some_and(|a| a.contains_key(name)) {
+            // Being made again at the same time: it may exist.
+            return;
+        }
+        if let Some(k) = held.dirs.get_mut(&dir) {
+            k.names.remove(name);
+        }
+    }
+
     /// This node is about to add `name` to `dir` (create, mkdir, mknod,
     /// symlink, link, rename): from now on the name may exist. The guard
     /// marks the request ended when dropped.

@@ -791,6 +791,7 @@ impl Filesystem for Mount {
         // at the next path walk; the server gave them with the unlink.
         let created_in = self.created_in.clone();
         let generation = created_in.lock().generation;
+        let leases = self.leases.clone();
         // Answered before the metadata server has it where this node holds
         // the directory alone (`parcache_client::Fs::unlink_behind`).
         self.done(
@@ -799,6 +800,7 @@ impl Filesystem for Mount {
                     Some(dir) => dir,
                     None => Some(fs.unlink_in(parent, &name).await?),
                 };
+                leases.removed(parent, &name);
                 let mut c = created_in.lock();
                 if let Some(dir) = dir.filter(|_| c.generation == generation) {
                     c.dirs.insert(parent, (dir, Instant::now()));
@@ -816,7 +818,15 @@ impl Filesystem for Mount {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        self.done(async move { fs.rmdir_at(parent, &name).await }, reply);
+        let leases = self.leases.clone();
+        self.done(
+            async move {
+                fs.rmdir_at(parent, &name).await?;
+                leases.removed(parent, &name);
+                Ok(())
+            },
+            reply,
+        );
     }
 
     fn rename(
@@ -838,6 +848,7 @@ impl Filesystem for Mount {
         };
         let rec = self.recorder.clone();
         let adding = self.leases.adding(newparent, &newname);
+        let leases = self.leases.clone();
         self.run(async move {
             let _adding = adding;
             if flags & RENAME_NOREPLACE != 0 && fs.lookup(newparent, &newname).await.is_ok() {
@@ -845,6 +856,7 @@ impl Filesystem for Mount {
             }
             match fs.rename_at(parent, &name, newparent, &newname).await {
                 Ok(()) => {
+                    leases.removed(parent, &name);
                     if let Some(r) = rec {
                         if let Ok(a) = fs.lookup(newparent, &newname).await {
                             r.learn(newparent, &newname, a.handle);
