@@ -808,24 +808,8 @@ fn copy_out(c: &Cluster) -> Vec<u8> {
     std::fs::read(&out).unwrap()
 }
 
-/// The counters `keys` of `parcache status`, each summed over the data
-/// servers.
-fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
-    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let iods: Vec<&serde_json::Value> = v["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["name"].as_str().unwrap().starts_with("iod"))
-        .map(|s| &s["stats"])
-        .collect();
-    keys.map(|k| iods.iter().map(|s| s[k].as_u64().expect("a counter")).sum())
-}
-
-/// Each server's counter `key` in `parcache status`, by name.
-fn server_counts(c: &Cluster, key: &str) -> std::collections::BTreeMap<String, u64> {
+/// Each server's name and counters, as `parcache status` shows them.
+fn server_stats(c: &Cluster) -> Vec<(String, serde_json::Value)> {
     let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -833,10 +817,27 @@ fn server_counts(c: &Cluster, key: &str) -> std::collections::BTreeMap<String, u
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| {
-            let n = s["stats"][key].as_u64().expect("a counter");
-            (s["name"].as_str().unwrap().to_string(), n)
-        })
+        .map(|s| (s["name"].as_str().unwrap().to_string(), s["stats"].clone()))
+        .collect()
+}
+
+/// The counters `keys` of `parcache status`, each summed over the data
+/// servers.
+fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
+    let all = server_stats(c);
+    let iods: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|(n, _)| n.starts_with("iod"))
+        .map(|(_, s)| s)
+        .collect();
+    keys.map(|k| iods.iter().map(|s| s[k].as_u64().expect("a counter")).sum())
+}
+
+/// Each server's counter `key` in `parcache status`, by name.
+fn server_counts(c: &Cluster, key: &str) -> std::collections::BTreeMap<String, u64> {
+    server_stats(c)
+        .into_iter()
+        .map(|(n, s)| (n, s[key].as_u64().expect("a counter")))
         .collect()
 }
 
