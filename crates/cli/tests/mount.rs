@@ -2517,6 +2517,41 @@ fn a_getattr_after_a_setattr_is_answered_by_the_mount_until_another_node_changes
     finish(base, cluster, a, b);
 }
 
+/// The kernel's getattr of a directory right after an `rmdir` in it
+/// (`rm -rf` makes one after every removal) is answered by the mount, with
+/// the metadata server stopped, from the attributes the server gave with
+/// the `rmdir`: the link count and times another node then reads.
+#[test]
+fn a_directorys_attributes_after_an_rmdir_in_it_come_with_the_rmdir() {
+    let (base, cluster, a, b) = two_nodes("rmdir-attrs", "2");
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    let links_and_times = |f: &std::fs::File| {
+        let out = Command::new("stat")
+            .args(["--cached=never", "-c", "%h %Y %Z", "-"])
+            .stdin(f.try_clone().unwrap())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    std::fs::create_dir(a.p("d")).unwrap();
+    std::fs::create_dir(a.p("d/keep")).unwrap();
+    let d = std::fs::File::open(a.p("d")).unwrap();
+    let seen = (0..3).find_map(|i| {
+        let sub = a.p(&format!("d/s{i}"));
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::remove_dir(&sub).unwrap();
+        let r = d.try_clone().unwrap();
+        while_stopped(&[mds_pid], Duration::from_millis(500), move || Ok(links_and_times(&r)))
+    });
+    let seen = seen.expect("the directory's attributes, answered without the metadata server");
+    let on_b = links_and_times(&std::fs::File::open(b.p("d")).unwrap());
+    assert_eq!(seen, on_b, "the link count and times answered, against another node's");
+    assert!(seen.starts_with("3 "), "two links and d/keep's: {seen}");
+    drop(d);
+    finish(base, cluster, a, b);
+}
+
 /// A modification time set on an open file before its close (`tar x`,
 /// `cp -a` set each file's so) is the file's after the close, on this node
 /// and another: the writes' size report, which stamps the time of the

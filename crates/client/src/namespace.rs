@@ -87,7 +87,7 @@ impl Fs {
 
     pub async fn rmdir(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path).await?;
-        self.rmdir_at(dir.handle, name.as_bytes()).await
+        self.rmdir_at(dir.handle, name.as_bytes()).await.map(|_| ())
     }
 
     /// Renames, replacing an existing target (whose data goes if it was the last link).
@@ -272,12 +272,17 @@ impl Fs {
         }
     }
 
-    pub async fn rmdir_at(&self, parent: u64, name: &[u8]) -> Result<()> {
+    /// Removes an empty directory; the parent's attributes after, if the
+    /// metadata server gave them.
+    pub async fn rmdir_at(&self, parent: u64, name: &[u8]) -> Result<Option<Attr>> {
         let req = Request::Rmdir {
             parent,
             name: name.to_vec(),
         };
-        self.md(&show_name(name), req).await.map(|_| ())
+        Ok(match self.md(&show_name(name), req).await? {
+            Response::Unlinked { parent, .. } => Some(parent),
+            _ => None,
+        })
     }
 
     pub async fn rename_at(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) -> Result<()> {

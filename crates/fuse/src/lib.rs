@@ -819,10 +819,18 @@ impl Filesystem for Mount {
             Err(e) => return reply.error(e),
         };
         let leases = self.leases.clone();
+        // As after an unlink: the kernel asks for the directory's
+        // attributes at the next path walk; the server gave them.
+        let created_in = self.created_in.clone();
+        let generation = created_in.lock().generation;
         self.done(
             async move {
-                fs.rmdir_at(parent, &name).await?;
+                let dir = fs.rmdir_at(parent, &name).await?;
                 leases.removed(parent, &name);
+                let mut c = created_in.lock();
+                if let Some(dir) = dir.filter(|_| c.generation == generation) {
+                    c.dirs.insert(parent, (dir, Instant::now()));
+                }
                 Ok(())
             },
             reply,

@@ -217,6 +217,9 @@ pub enum Request {
     Forget {
         handle: Handle,
     },
+    /// Remove an empty directory. Answered `Unlinked` (nothing `gone`:
+    /// a directory holds no data), with the parent's attributes after, so
+    /// a mount answers the kernel's next `getattr` of it itself.
     Rmdir {
         parent: Handle,
         name: Name,

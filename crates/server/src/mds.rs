@@ -1509,7 +1509,10 @@ impl Mds {
                 tx.unlink(parent, &name)?;
                 tx.delete(i.attr.handle)?;
                 tx.touch_dir(&mut p, -1)?;
-                Ok(Response::Ok)
+                Ok(Response::Unlinked {
+                    gone: None,
+                    parent: p.attr,
+                })
             }),
             Request::Rename {
                 parent,
