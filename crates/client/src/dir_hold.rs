@@ -81,6 +81,16 @@ struct Held {
     attr: Option<Attr>,
 }
 
+/// A held directory's attributes after a change of its names this node
+/// made alone (the metadata server's `touch_dir`: modified and changed
+/// now, one version on; its clock may differ from this node's by a little).
+fn changed_here(a: &mut Attr) {
+    let t = parcache_proto::Timestamp::now();
+    a.mtime = t;
+    a.ctime = t;
+    a.version += 1;
+}
+
 impl DirHolds {
     /// Takes `name` out of held directory `dir` for an unlink answered
     /// now, if this node holds `dir` with time to spare, knows the name
@@ -99,10 +109,7 @@ impl DirHolds {
         }
         h.names.remove(name);
         let attr = h.attr.as_mut().map(|a| {
-            let t = parcache_proto::Timestamp::now();
-            a.mtime = t;
-            a.ctime = t;
-            a.version += 1;
+            changed_here(a);
             a.clone()
         });
         s.pending += 1;
@@ -297,7 +304,20 @@ impl DirHolds {
             // A directory (or a rename of one) is not unlinked.
             let named = handle.filter(|_| !name.is_empty());
             if let Some(h) = s.held.get_mut(&dir) {
-                h.attr = parent_after;
+                h.attr = match (parent_after, req) {
+                    (Some(a), _) => Some(a),
+                    // Their answers carry no parent: its attributes after
+                    // are worked out here, as for an unlink answered here
+                    // (`rm -rf` of what git made with links and mkdirs).
+                    (None, Mkdir { .. } | Symlink { .. } | Link { .. } | Mknod { .. }) => h.attr.take().map(|mut a| {
+                        changed_here(&mut a);
+                        if matches!(req, Mkdir { .. }) {
+                            a.nlink += 1;
+                        }
+                        a
+                    }),
+                    (None, _) => None,
+                };
                 match named {
                     Some(handle) => drop(h.names.insert(name.to_vec(), handle)),
                     None => drop(h.names.remove(name)),
@@ -562,6 +582,46 @@ mod tests {
         };
         h.note(&unlink, None);
         assert!(h.take(2, b"moved", closed).is_none(), "lost: not held any more");
+    }
+
+    /// A mkdir, link or symlink in a held directory, whose answers carry
+    /// no parent, leaves its attributes known, worked out here: an unlink
+    /// answered here after it still gives the kernel the directory's
+    /// attributes (`rm -rf` of what git made). A rename's answer leaves
+    /// them unknown.
+    #[test]
+    fn a_mkdir_or_link_keeps_a_held_directorys_attributes() {
+        let h = DirHolds::default();
+        held(&h, 2, &[("f", 5), ("g", 6)]);
+        let before = attr(2, FileKind::Dir);
+        let mkdir = Request::Mkdir {
+            parent: 2,
+            name: b"sub".to_vec(),
+            mode: 0o755,
+        };
+        h.note(&mkdir, Some(&Response::Attr(attr(8, FileKind::Dir))));
+        let link = Request::Link {
+            handle: 5,
+            new_parent: 2,
+            new_name: b"linked".to_vec(),
+        };
+        h.note(&link, Some(&Response::Attr(attr(5, FileKind::File))));
+        let (_, after) = h.take(2, b"f", closed).expect("held");
+        let after = after.expect("the directory's attributes, worked out here");
+        assert_eq!(
+            (after.nlink, after.version),
+            (before.nlink + 1, before.version + 3),
+            "a link more (the new directory's ..), a version for each change"
+        );
+        let rename = Request::Rename {
+            parent: 2,
+            name: b"linked".to_vec(),
+            new_parent: 2,
+            new_name: b"moved".to_vec(),
+        };
+        h.note(&rename, Some(&Response::Ok));
+        let (_, after) = h.take(2, b"g", closed).expect("held");
+        assert!(after.is_none(), "a rename's answer gives no attributes");
     }
 
     fn create(h: &DirHolds, dir: u64, name: &str, handle: u64) {
