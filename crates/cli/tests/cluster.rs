@@ -808,23 +808,10 @@ fn copy_out(c: &Cluster) -> Vec<u8> {
     std::fs::read(&out).unwrap()
 }
 
-/// Each server's name and counters, as `parcache status` shows them.
-fn server_stats(c: &Cluster) -> Vec<(String, serde_json::Value)> {
-    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["name"].as_str().unwrap().to_string(), s["stats"].clone()))
-        .collect()
-}
-
 /// The counters `keys` of `parcache status`, each summed over the data
 /// servers.
 fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
-    let all = server_stats(c);
+    let all = common::server_stats(c.d());
     let iods: Vec<&serde_json::Value> = all
         .iter()
         .filter(|(n, _)| n.starts_with("iod"))
@@ -835,7 +822,7 @@ fn iod_sums<const N: usize>(c: &Cluster, keys: [&str; N]) -> [u64; N] {
 
 /// Each server's counter `key` in `parcache status`, by name.
 fn server_counts(c: &Cluster, key: &str) -> std::collections::BTreeMap<String, u64> {
-    server_stats(c)
+    common::server_stats(c.d())
         .into_iter()
         .map(|(n, s)| (n, s[key].as_u64().expect("a counter")))
         .collect()

@@ -16,6 +16,30 @@ fn lru_interleaved_serves_blocks_from_their_homes_and_survives_a_dead_home() {
     let (ok, _, err) = parcache(&["policy", "set", "--data", c.d(), "pc:/", "cooperative=lru-interleaved"]);
     assert!(ok, "{err}");
     let (a, b, m) = three_nodes(&c, &[]);
+    // An fsync of a's first file, one block, which its home (maybe another
+    // node) writes down: every data server syncs, not only those a's own
+    // connections changed something on.
+    let syncs = || -> Vec<u64> {
+        common::server_stats(c.d())
+            .iter()
+            .filter(|(n, _)| n.starts_with("iod"))
+            .map(|(_, s)| s["syncs"].as_u64().expect("a counter"))
+            .collect()
+    };
+    let mut w = std::fs::File::create(a.p("synced")).unwrap();
+    std::io::Write::write_all(&mut w, &pattern(64 << 10, 9)).unwrap();
+    w.sync_all().unwrap();
+    // The block written again (the size stays): nothing but the block.
+    let before = syncs();
+    std::os::unix::fs::FileExt::write_all_at(&w, &pattern(64 << 10, 10), 0).unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    let after = syncs();
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| a > b),
+        "every data server synced: {before:?} -> {after:?}"
+    );
+    assert!(std::fs::read(b.p("synced")).unwrap() == pattern(64 << 10, 10));
     // a writes: each block goes into its home's cache (and down, write-full).
     let f = pattern(8 << 20, 1);
     std::fs::write(a.p("f"), &f).unwrap();

@@ -388,9 +388,13 @@ impl DataPath {
 
     /// Returns when everything the file's data servers acknowledged is
     /// durable (each syncs its write log; all at once).
-    pub async fn sync(&self, handle: u64) -> Result<()> {
+    /// Has each data server of the file's layout sync: those this node
+    /// changed something on since its last sync there, or (`every`) all
+    /// of them, when other nodes wrote the file's bytes down for this one
+    /// (its cooperative tier's homes), which this node's counts miss.
+    pub async fn sync(&self, handle: u64, every: bool) -> Result<()> {
         let p = self.placement(handle)?;
-        self.sync_servers(&p.servers, &format!("handle {handle}")).await
+        self.sync_on(&p.servers, &format!("handle {handle}"), every).await
     }
 
     /// Has each of `servers` sync its write log, all at once; `what` names
@@ -399,10 +403,16 @@ impl DataPath {
     /// ([`crate::peer::Peer::sync_due`]): an `fsync` costs only the
     /// servers its file's writes went to, not every one of the layout.
     pub async fn sync_servers(&self, servers: &[u32], what: &str) -> Result<()> {
+        self.sync_on(servers, what, false).await
+    }
+
+    /// [`DataPath::sync_servers`]; `every`: each of `servers`, due or not.
+    pub(crate) async fn sync_on(&self, servers: &[u32], what: &str, every: bool) -> Result<()> {
         let calls = servers.iter().filter_map(|&s| {
             // A server the layout names and the cluster lacks: the call's
             // error says so.
             let due = match self.iods.get(s as usize) {
+                Some(iod) if every => Some(iod.sync_mark()),
                 Some(iod) => Some(iod.sync_due()?),
                 None => None,
             };

@@ -743,10 +743,14 @@ impl Fs {
             // server and is committed there: the file's bytes are on the
             // data servers before its size is reported (as at a close),
             // and both are durable before the `fsync` returns.
-            let data = self.data.sync(a.handle);
+            // Blocks other nodes held for this one (a cooperative tier's
+            // homes) went down through their connections: every server.
+            let every = st.policies.cooperative != CooperativeKind::None;
+            let data = self.data.sync(a.handle, every);
             let size = async {
                 match self.report(a.handle, true).await? {
                     Some(_) => Ok(()),
+                    None if every => self.md(&self.what(a.handle), Request::Sync).await.map(|_| ()),
                     None => self.sync_metadata().await,
                 }
             };

@@ -409,7 +409,9 @@ impl Fs {
     /// server syncs its write log, then the metadata server commits.
     pub async fn sync_all(&self) -> Result<()> {
         let all: Vec<u32> = (0..self.data.servers() as u32).collect();
-        self.data.sync_servers(&all, "sync").await?;
+        // Every server: other nodes may have written this node's blocks
+        // down (a cooperative tier's homes), which its counts miss.
+        self.data.sync_on(&all, "sync", true).await?;
         self.sync_metadata().await
     }
 

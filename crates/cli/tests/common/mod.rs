@@ -245,6 +245,19 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Each server's name and counters, as `parcache status` shows them.
+pub fn server_stats(d: &str) -> Vec<(String, serde_json::Value)> {
+    let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
+    assert!(ok, "status: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_string(), s["stats"].clone()))
+        .collect()
+}
+
 /// The nodes as `status --format json` lists them: (mount point, stats).
 pub fn nodes(d: &str) -> Vec<(String, serde_json::Value)> {
     let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
