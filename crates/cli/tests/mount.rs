@@ -2451,8 +2451,13 @@ fn the_kernel_keeps_attributes_under_a_lease_until_another_node_changes_them() {
 /// kernel asks the mount for the attributes however fresh its own are, as
 /// it does before a `chown`. The mode in octal and the size.
 fn stat_uncached(f: &std::fs::File) -> String {
+    stat_uncached_as(f, "%a %s")
+}
+
+/// [`stat_uncached`] in `stat`'s format `format`.
+fn stat_uncached_as(f: &std::fs::File, format: &str) -> String {
     let out = Command::new("stat")
-        .args(["--cached=never", "-c", "%a %s", "-"])
+        .args(["--cached=never", "-c", format, "-"])
         .stdin(f.try_clone().unwrap())
         .output()
         .unwrap();
@@ -2525,15 +2530,7 @@ fn a_getattr_after_a_setattr_is_answered_by_the_mount_until_another_node_changes
 fn a_directorys_attributes_after_an_rmdir_in_it_come_with_the_rmdir() {
     let (base, cluster, a, b) = two_nodes("rmdir-attrs", "2");
     let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
-    let links_and_times = |f: &std::fs::File| {
-        let out = Command::new("stat")
-            .args(["--cached=never", "-c", "%h %Y %Z", "-"])
-            .stdin(f.try_clone().unwrap())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let links_and_times = |f: &std::fs::File| stat_uncached_as(f, "%h %Y %Z");
     std::fs::create_dir(a.p("d")).unwrap();
     std::fs::create_dir(a.p("d/keep")).unwrap();
     let d = std::fs::File::open(a.p("d")).unwrap();

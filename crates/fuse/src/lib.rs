@@ -219,6 +219,15 @@ struct CreatedIn {
 }
 
 impl CreatedIn {
+    /// Keeps directory `dir`'s attributes after this node's change of it
+    /// (`attr`, from the server's answer), unless another change began
+    /// since `generation` was read.
+    fn learn(&mut self, generation: u64, dir: u64, attr: Option<Attr>) {
+        if let Some(a) = attr.filter(|_| self.generation == generation) {
+            self.dirs.insert(dir, (a, Instant::now()));
+        }
+    }
+
     /// A directory's attributes if a create here left them within
     /// [`DIR_TTL`], with the time they have left.
     fn fresh(&mut self, ino: u64) -> Option<(Attr, Duration)> {
@@ -801,10 +810,7 @@ impl Filesystem for Mount {
                     None => Some(fs.unlink_in(parent, &name).await?),
                 };
                 leases.removed(parent, &name);
-                let mut c = created_in.lock();
-                if let Some(dir) = dir.filter(|_| c.generation == generation) {
-                    c.dirs.insert(parent, (dir, Instant::now()));
-                }
+                created_in.lock().learn(generation, parent, dir);
                 Ok(())
             },
             reply,
@@ -827,10 +833,7 @@ impl Filesystem for Mount {
             async move {
                 let dir = fs.rmdir_at(parent, &name).await?;
                 leases.removed(parent, &name);
-                let mut c = created_in.lock();
-                if let Some(dir) = dir.filter(|_| c.generation == generation) {
-                    c.dirs.insert(parent, (dir, Instant::now()));
-                }
+                created_in.lock().learn(generation, parent, dir);
                 Ok(())
             },
             reply,
@@ -942,12 +945,7 @@ impl Filesystem for Mount {
             let entry = name.clone();
             let r = async {
                 let (a, dir) = fs.create_in(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
-                if let Some(dir) = dir {
-                    let mut c = created_in.lock();
-                    if c.generation == generation {
-                        c.dirs.insert(parent, (dir, Instant::now()));
-                    }
-                }
+                created_in.lock().learn(generation, parent, dir);
                 if let Some((r, _, _)) = &rec {
                     r.learn(parent, &name, a.handle);
                 }
