@@ -245,30 +245,28 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// Each server's name and counters, as `parcache status` shows them.
-pub fn server_stats(d: &str) -> Vec<(String, serde_json::Value)> {
+/// Each entry of `parcache status`'s list `list` ("servers", "nodes"):
+/// its name and its counters.
+fn status_list(d: &str, list: &str) -> Vec<(String, serde_json::Value)> {
     let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
     assert!(ok, "status: {err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["servers"]
+    v[list]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["name"].as_str().unwrap().to_string(), s["stats"].clone()))
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e["stats"].clone()))
         .collect()
+}
+
+/// Each server's name and counters, as `parcache status` shows them.
+pub fn server_stats(d: &str) -> Vec<(String, serde_json::Value)> {
+    status_list(d, "servers")
 }
 
 /// The nodes as `status --format json` lists them: (mount point, stats).
 pub fn nodes(d: &str) -> Vec<(String, serde_json::Value)> {
-    let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
-    assert!(ok, "status: {err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| (n["name"].as_str().unwrap().to_string(), n["stats"].clone()))
-        .collect()
+    status_list(d, "nodes")
 }
 
 pub fn stat(nodes: &[(String, serde_json::Value)], m: &Mounted, key: &str) -> u64 {
