@@ -175,10 +175,38 @@ struct Iod {
     syncs: AtomicU64,
     identity: Mutex<Option<ServerIdentity>>,
     /// Each part's length as its writes, truncates and extensions made it
-    /// (dirty bytes in the cache included), loaded from the block store on
-    /// first use: a read that needs more than this finds stripes missing.
-    part_len: Mutex<HashMap<u64, u64>>,
+    /// (dirty bytes in the cache included): a read that needs more than
+    /// this finds stripes missing. See [`PartLen`].
+    part_len: Mutex<HashMap<u64, PartLen>>,
+    /// The disk's free bytes as last asked, when, and the log's size then
+    /// (see [`Iod::low_on_space`]).
+    free: Mutex<Option<FreeSpace>>,
 }
+
+/// What a data server knows of a part's length.
+#[derive(Clone, Copy, Debug)]
+enum PartLen {
+    /// The part's length.
+    Known(u64),
+    /// At least this long: written to since the server started, the block
+    /// store not yet asked (a new file's first write would `stat` a part
+    /// that does not exist; the first read asks).
+    AtLeast(u64),
+}
+
+/// A reading of the disk's free space.
+#[derive(Clone, Copy, Debug)]
+struct FreeSpace {
+    at: std::time::Instant,
+    log_bytes: u64,
+    free: u64,
+}
+
+/// How long a reading of the disk's free space stands, and how many bytes
+/// the log may take meanwhile, before the disk is asked again (a `statvfs`
+/// on every small write cost a data server 3 % of its time, issue 14).
+const FREE_SPACE_FOR: std::time::Duration = std::time::Duration::from_millis(100);
+const FREE_SPACE_LOG: u64 = 1 << 20;
 
 /// The file in a data server's directory that names its cluster and index.
 const IDENTITY: &str = "identity";
@@ -267,7 +295,7 @@ impl Iod {
         // (the kernel throttles writers of many dirty pages).
         let d = data.clone();
         self.blocking(move |s| s.write_streamed(handle, offset, &d)).await?;
-        self.grow(handle, offset + len).await?;
+        self.grow(handle, offset + len);
         let b = IOD_BLOCK as usize;
         for (i, piece) in data.chunks(b).enumerate() {
             let k = offset / b as u64 + i as u64;
@@ -295,31 +323,39 @@ impl Iod {
         } else {
             self.log.append(e).await?;
         }
-        self.grow(handle, offset + data.len() as u64).await?;
+        self.grow(handle, offset + data.len() as u64);
         self.cache
             .write(handle, offset, &data)
             .await
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    /// The part's length, loaded from the block store on first use: one
-    /// `stat`, done in place (a hop to a blocking thread cost more than
-    /// the `stat` on every new file's first write).
+    /// The part's length, the block store asked on first use: one `stat`,
+    /// done in place (a hop to a blocking thread cost more than the `stat`).
     async fn part_len(&self, handle: u64) -> io::Result<u64> {
-        if let Some(&l) = self.part_len.lock().get(&handle) {
-            return Ok(l);
+        if let Some(PartLen::Known(l)) = self.part_len.lock().get(&handle) {
+            return Ok(*l);
         }
         let stored = self.store.len(handle)?;
-        Ok(*self.part_len.lock().entry(handle).or_insert(stored))
+        let mut m = self.part_len.lock();
+        let l = m.entry(handle).or_insert(PartLen::Known(stored));
+        let known = match *l {
+            PartLen::Known(k) => k,
+            PartLen::AtLeast(a) => a.max(stored),
+        };
+        *l = PartLen::Known(known);
+        Ok(known)
     }
 
-    /// The part is at least `end` bytes long now.
-    async fn grow(&self, handle: u64, end: u64) -> io::Result<()> {
-        self.part_len(handle).await?;
+    /// The part is at least `end` bytes long now. Its stored length is
+    /// left for a read to ask.
+    fn grow(&self, handle: u64, end: u64) {
         let mut m = self.part_len.lock();
-        let l = m.entry(handle).or_insert(0);
-        *l = (*l).max(end);
-        Ok(())
+        let l = m.entry(handle).or_insert(PartLen::AtLeast(0));
+        *l = match *l {
+            PartLen::Known(k) => PartLen::Known(k.max(end)),
+            PartLen::AtLeast(a) => PartLen::AtLeast(a.max(end)),
+        };
     }
 
     /// Removes a part. On a full disk whose log cannot take the removal
@@ -375,12 +411,12 @@ impl Iod {
         match entry {
             Entry::Extend { handle, len } => {
                 // Only the length changes: cached bytes stay.
-                self.grow(handle, len).await?;
+                self.grow(handle, len);
                 self.below.touched.lock().insert(h);
                 return self.blocking(move |s| apply(s, &entry)).await;
             }
             Entry::Truncate { handle, len } => {
-                self.part_len.lock().insert(handle, len);
+                self.part_len.lock().insert(handle, PartLen::Known(len));
             }
             Entry::Remove { handle } => {
                 self.part_len.lock().remove(&handle);
@@ -416,7 +452,7 @@ impl Iod {
         match e {
             Entry::Write { handle, offset, data } => {
                 self.direct.logging_write(handle, offset, data.len() as u64, IOD_BLOCK);
-                self.grow(handle, offset + data.len() as u64).await?;
+                self.grow(handle, offset + data.len() as u64);
                 self.cache
                     .write(handle, offset, &data)
                     .await
@@ -513,8 +549,31 @@ impl Iod {
 
     /// Whether the disk is short of space for what the log holds: its
     /// free space is below the log's size or 64 MiB.
+    /// Whether the disk's free space is below what the log holds (or 64
+    /// MiB). The disk is asked at most every [`FREE_SPACE_FOR`] or
+    /// [`FREE_SPACE_LOG`] bytes of log; meanwhile the log's growth comes
+    /// off the last reading.
     fn low_on_space(&self, log_bytes: u64) -> bool {
-        let (_, free) = crate::capacity(&self.data_dir);
+        let now = std::time::Instant::now();
+        let mut last = self.free.lock();
+        let free = match *last {
+            Some(r)
+                if now.duration_since(r.at) < FREE_SPACE_FOR
+                    && log_bytes >= r.log_bytes
+                    && log_bytes - r.log_bytes < FREE_SPACE_LOG =>
+            {
+                r.free.saturating_sub(log_bytes - r.log_bytes)
+            }
+            _ => {
+                let (_, free) = crate::capacity(&self.data_dir);
+                *last = Some(FreeSpace {
+                    at: now,
+                    log_bytes,
+                    free,
+                });
+                free
+            }
+        };
         free < log_bytes.max(64 << 20)
     }
 
@@ -913,6 +972,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         syncs: AtomicU64::new(0),
         identity: Mutex::new(identity),
         part_len: Mutex::new(HashMap::new()),
+        free: Mutex::new(None),
     });
     if !replay.entries.is_empty() {
         // Into the write cache (the bytes stay in the log until the next
