@@ -837,7 +837,11 @@ pub enum Response {
         attr: Attr,
         policies: Vec<(String, String)>,
         /// A small file's whole content at `attr.version`, if the metadata
-        /// server holds a copy (see [`SMALL_COPY_MAX`]).
+        /// server holds a copy (see [`SMALL_COPY_MAX`]). Serialized as bytes
+        /// (the same wire form as a sequence of them, one copy instead of a
+        /// push per byte: a tenth of the metadata server's time on lookups
+        /// of small files, issue 14).
+        #[serde(with = "serde_bytes")]
         content: Option<Vec<u8>>,
     },
     /// A name removed: the file if that was its last link (its data must
@@ -1160,5 +1164,31 @@ mod tests {
             req: Box::new(create),
         };
         assert!(once.is_idempotent() && !once.wants_once());
+    }
+
+    /// A small file's content in an answer keeps the wire form of a
+    /// sequence of bytes (a length, then the bytes), with or without it.
+    #[test]
+    fn a_small_files_content_keeps_its_wire_form() {
+        #[derive(Serialize)]
+        struct AsSequence {
+            content: Option<Vec<u8>>,
+        }
+        let content: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let attr = Attr::empty(9, FileKind::File);
+        for c in [Some(content), Some(Vec::new()), None] {
+            let r = Response::AttrPolicies {
+                attr: attr.clone(),
+                policies: vec![],
+                content: c.clone(),
+            };
+            let bytes = postcard::to_stdvec(&r).unwrap();
+            let tail = postcard::to_stdvec(&AsSequence { content: c.clone() }).unwrap();
+            assert!(bytes.ends_with(&tail), "the content's encoding changed");
+            match postcard::from_bytes::<Response>(&bytes).unwrap() {
+                Response::AttrPolicies { content, .. } => assert_eq!(content, c),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }
