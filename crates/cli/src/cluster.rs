@@ -742,7 +742,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
 
 fn print_status(r: &StatusReport) -> Result<()> {
     outln!(
-        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7}  policy",
+        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}  policy",
         "server",
         "address",
         "state",
@@ -755,12 +755,13 @@ fn print_status(r: &StatusReport) -> Result<()> {
         "misses",
         "written",
         "absorbed",
-        "syncs"
+        "syncs",
+        "requests"
     )?;
     for row in &r.servers {
         match &row.stats {
             Some(s) => outln!(
-                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7}  {}",
+                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}  {}",
                 row.name,
                 row.address,
                 "up",
@@ -774,6 +775,7 @@ fn print_status(r: &StatusReport) -> Result<()> {
                 s.writes_down,
                 s.overwrites,
                 s.syncs,
+                s.requests,
                 s.role
             )?,
             None => outln!("{:<7} {:<16} {:>5}", row.name, row.address, "DOWN")?,

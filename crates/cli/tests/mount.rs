@@ -2873,6 +2873,66 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
     finish(base, cluster, a, b);
 }
 
+/// Unlinks answered before the metadata server has them reach it together:
+/// those answered while one is under way (the server stopped here) go in
+/// one more request, not one each, and each is done there (a client
+/// without leases lists what is left).
+#[test]
+fn unlinks_answered_during_a_round_trip_reach_the_server_together() {
+    let (base, cluster) = up("unlinks-together", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let d = cluster.0.to_str().unwrap().to_string();
+    let mds_requests = || {
+        let stats = common::server_stats(&d);
+        let (_, mds) = stats
+            .iter()
+            .find(|(n, _)| n == "mds")
+            .expect("the metadata server's row");
+        mds["requests"].as_u64().expect("a counter")
+    };
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    std::fs::create_dir(a.p("d")).unwrap();
+    for i in 0..40 {
+        std::fs::write(a.p(&format!("d/f{i}")), format!("file {i}")).unwrap();
+    }
+    // The second unlink in a row takes the hold.
+    std::fs::remove_file(a.p("d/f0")).unwrap();
+    std::fs::remove_file(a.p("d/f1")).unwrap();
+    // What asking costs (status asks the server too), then the unlinks.
+    let r0 = mds_requests();
+    let before = mds_requests();
+    let asking = before - r0;
+    let pa = a.p("d");
+    while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+        for i in 2..32 {
+            std::fs::remove_file(pa.join(format!("f{i}")))?;
+        }
+        Ok(())
+    })
+    .expect("an unlink in a directory held alone waited for the metadata server");
+    // A create waits for this node's unlinks under way to be done.
+    std::fs::write(a.p("d/after"), b"after").unwrap();
+    let used = mds_requests() - before - asking;
+    assert!(
+        used < 15,
+        "30 unlinks and a create took {used} requests at the metadata server (status: {asking})"
+    );
+    let (ok, out, err) = parcache(&["ls", "--data", &d, "pc:/d"]);
+    assert!(ok, "{err}");
+    let mut listed: Vec<&str> = out
+        .split_whitespace()
+        .filter(|w| w.starts_with('f') || *w == "after")
+        .collect();
+    listed.sort_unstable();
+    let mut left: Vec<String> = (32..40).map(|i| format!("f{i}")).collect();
+    left.push("after".into());
+    left.sort_unstable();
+    assert_eq!(listed, left, "what the unlinks left, listed by a client without leases");
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// `fsync` of any file or directory on a mount makes every change the
 /// metadata server has durable: a directory and a file made in it outlive
 /// a `kill -9` of the server after an `fsync` elsewhere, and after one of

@@ -36,6 +36,8 @@ const BACK_OFF: Duration = Duration::from_secs(5);
 
 /// A name in a directory (the directory's handle, the name).
 type Named<'a> = (u64, &'a [u8]);
+/// Unlinks queued in a directory: each name with its file (0: not known).
+type Batch = (u64, Vec<(Vec<u8>, u64)>);
 
 /// This node's holds, and its unlinks under way.
 #[derive(Default)]
@@ -57,6 +59,11 @@ struct State {
     unlinked: HashMap<u64, Instant>,
     /// Unlinks answered and not yet done at the metadata server.
     pending: usize,
+    /// Of those, the ones not sent yet, in order: (directory, name, the
+    /// name's file or 0 if not known).
+    queued: Vec<(u64, Vec<u8>, u64)>,
+    /// A task is sending `queued`.
+    sending: bool,
 }
 
 /// This node's changes of a directory's names answered while it was being
@@ -176,10 +183,40 @@ impl DirHolds {
 
     /// One unlink under way is done.
     fn finished(&self) {
+        self.finished_n(1);
+    }
+
+    /// `n` unlinks under way are done.
+    fn finished_n(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
         let mut s = self.state.lock();
-        s.pending -= 1;
+        s.pending -= n;
         drop(s);
         self.done.notify_waiters();
+    }
+
+    /// Queues an unlink taken ([`DirHolds::take`]) to be sent; whether a
+    /// task must be started to send it (none is sending).
+    fn queue(&self, dir: u64, name: Vec<u8>, file: u64) -> bool {
+        let mut s = self.state.lock();
+        s.queued.push((dir, name, file));
+        !std::mem::replace(&mut s.sending, true)
+    }
+
+    /// The next unlinks to send together: the first queued one's directory
+    /// and every name queued in it, in order (`None`: nothing is queued,
+    /// and the sender stops).
+    fn next_batch(&self) -> Option<Batch> {
+        let mut s = self.state.lock();
+        let Some(&(dir, _, _)) = s.queued.first() else {
+            s.sending = false;
+            return None;
+        };
+        let (same, rest) = std::mem::take(&mut s.queued).into_iter().partition(|q| q.0 == dir);
+        s.queued = rest;
+        Some((dir, same.into_iter().map(|(_, name, file)| (name, file)).collect()))
     }
 
     /// Returns once no unlink answered by this node is still under way.
@@ -371,50 +408,74 @@ impl Fs {
             self.holds.finished();
             return Ok(None);
         };
-        let name = name.to_vec();
-        tokio::spawn(async move {
+        if self.holds.queue(dir, name.to_vec(), file) {
+            tokio::spawn(fs.send_unlinks());
+        }
+        Ok(Some(attr))
+    }
+
+    /// Sends the unlinks answered here, as they queue up: those of one
+    /// directory queued meanwhile go in one request (`Unlinks`: one
+    /// round trip and one wake-up of the metadata server for many, as
+    /// `rm -rf` and mdtest's remove phase make them), the next batch once
+    /// the last is answered. A file gone with its last name has its data
+    /// removed after.
+    async fn send_unlinks(self: std::sync::Arc<Self>) {
+        while let Some((dir, names)) = self.holds.next_batch() {
             // Only the file answered for: sent again after a lost
             // connection, the hold has ended and another node may have
             // made the name again.
-            let req = Request::Unlink {
+            let req = Request::Unlinks {
                 parent: dir,
-                name: name.clone(),
-                keep_open: false,
-                only: (file != 0).then_some(file),
+                names: names
+                    .iter()
+                    .map(|(name, file)| (name.clone(), (*file != 0).then_some(*file)))
+                    .collect(),
             };
-            match fs.mds.call(&req, &[]).await {
-                Ok((Response::Unlinked { gone, .. }, _)) => {
-                    if let Some(gone) = gone {
-                        if let Err(e) = fs.remove_data(&gone).await {
-                            tracing::warn!("removing the data of unlinked '{}': {e}", show_name(&name));
-                        }
+            let answers = match self.mds.call(&req, &[]).await {
+                Ok((Response::Each(each), _)) if each.len() == names.len() => each.into_iter().map(Ok).collect(),
+                Ok((other, _)) => vec![Err(format!("{other:?}")); names.len()],
+                Err(e) => vec![Err(format!("lost: {e}")); names.len()],
+            };
+            let mut done = 0;
+            for ((name, _), answer) in names.into_iter().zip(answers) {
+                match answer {
+                    Ok(Response::Unlinked { gone: Some(gone), .. }) => {
+                        let fs = self.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = fs.remove_data(&gone).await {
+                                tracing::warn!("removing the data of unlinked '{}': {e}", show_name(&name));
+                            }
+                            fs.holds.finished();
+                        });
+                        continue;
                     }
-                }
-                // Gone already (its creation was lost in a crash of the
-                // server, the last second before it, as documented), or
-                // another node made the name again after a lost connection
-                // ended the hold: nothing of this node's to remove.
-                Ok((Response::Error(e), _)) if e.code == parcache_proto::ErrorCode::NotFound => {
-                    tracing::warn!(
-                        "the unlink of '{}' answered before the metadata server had it removed nothing there: {} (made in the last second before a crash of the server, or again by another node after this one lost the server?)",
-                        show_name(&name),
-                        e.message
-                    );
-                }
-                Ok((other, _)) => {
-                    tracing::error!(
+                    Ok(Response::Unlinked { gone: None, .. }) => {}
+                    // Gone already (its creation was lost in a crash of the
+                    // server, the last second before it, as documented), or
+                    // another node made the name again after a lost
+                    // connection ended the hold: nothing of this node's to
+                    // remove.
+                    Ok(Response::Error(e)) if e.code == parcache_proto::ErrorCode::NotFound => {
+                        tracing::warn!(
+                            "the unlink of '{}' answered before the metadata server had it removed nothing there: {} (made in the last second before a crash of the server, or again by another node after this one lost the server?)",
+                            show_name(&name),
+                            e.message
+                        );
+                    }
+                    Ok(other) => tracing::error!(
                         "the unlink of '{}' answered before the metadata server had it failed there: {other:?}",
                         show_name(&name)
-                    );
+                    ),
+                    Err(e) => tracing::error!(
+                        "the unlink of '{}' answered before the metadata server had it failed there: {e}",
+                        show_name(&name)
+                    ),
                 }
-                Err(e) => tracing::error!(
-                    "the unlink of '{}' answered before the metadata server had it was lost: {e}",
-                    show_name(&name)
-                ),
+                done += 1;
             }
-            fs.holds.finished();
-        });
-        Ok(Some(attr))
+            self.holds.finished_n(done);
+        }
     }
 
     /// Asks the metadata server for `dir` alone, then lists its names;
@@ -535,6 +596,36 @@ mod tests {
         h.finished();
         h.recalled(None);
         assert_eq!(h.take(1, b"g", closed), None, "the server was lost");
+    }
+
+    /// Unlinks answered here queue up while one batch is under way: the
+    /// first queued starts the sender, the next batch is every name queued
+    /// in the first one's directory, in order; the sender stops once
+    /// nothing is queued, and the next unlink starts it again.
+    #[test]
+    fn unlinks_queue_up_and_go_by_directory_in_order() {
+        let h = DirHolds::default();
+        assert!(h.queue(1, b"a".to_vec(), 5), "the first starts the sender");
+        assert!(!h.queue(2, b"x".to_vec(), 0), "one is sending");
+        assert!(!h.queue(1, b"b".to_vec(), 6));
+        assert!(!h.queue(1, b"c".to_vec(), 0));
+        let names = |v: Vec<(Vec<u8>, u64)>| {
+            v.into_iter()
+                .map(|(n, f)| (String::from_utf8(n).unwrap(), f))
+                .collect::<Vec<_>>()
+        };
+        let (dir, batch) = h.next_batch().expect("queued");
+        assert_eq!(
+            (dir, names(batch)),
+            (1, vec![("a".into(), 5), ("b".into(), 6), ("c".into(), 0)])
+        );
+        assert!(!h.queue(1, b"d".to_vec(), 7), "still sending");
+        let (dir, batch) = h.next_batch().expect("queued");
+        assert_eq!((dir, names(batch)), (2, vec![("x".into(), 0)]));
+        let (dir, batch) = h.next_batch().expect("queued");
+        assert_eq!((dir, names(batch)), (1, vec![("d".into(), 7)]));
+        assert_eq!(h.next_batch(), None);
+        assert!(h.queue(3, b"e".to_vec(), 0), "the sender stopped: started again");
     }
 
     /// This node's own requests keep a held directory's names: a create

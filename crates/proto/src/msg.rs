@@ -667,6 +667,15 @@ pub enum Request {
     Durably {
         req: Box<Request>,
     },
+    /// Unlinks in `parent` that a node answered before the server had them
+    /// (under its directory hold), sent together: each as an `Unlink` with
+    /// `only` (the name's file, if the node knew it) and `keep_open` unset,
+    /// done in order, each on its own (one refused leaves the others done).
+    /// Answered `Each`, an answer per name in order.
+    Unlinks {
+        parent: Handle,
+        names: Vec<(Name, Option<Handle>)>,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -765,6 +774,9 @@ pub struct ServerStats {
     /// Syncs clients asked the server for (`Request::Sync`: an `fsync` or
     /// `sync` on a node).
     pub syncs: u64,
+    /// Requests the server has answered since it started (a batch, such
+    /// as `Unlinks`, counts once).
+    pub requests: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -880,6 +892,8 @@ pub enum Response {
         offset: u64,
         attr: Attr,
     },
+    /// An answer for each request of a batch, in order (to `Unlinks`).
+    Each(Vec<Response>),
 }
 
 /// A data server's place in its cluster, kept in its directory, so a

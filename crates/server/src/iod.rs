@@ -173,6 +173,8 @@ struct Iod {
     writes: AtomicU64,
     /// Syncs asked for (`Request::Sync`).
     syncs: AtomicU64,
+    /// Requests answered ([`ServerStats::requests`]).
+    requests: AtomicU64,
     identity: Mutex<Option<ServerIdentity>>,
     /// Each part's length as its writes, truncates and extensions made it
     /// (dirty bytes in the cache included): a read that needs more than
@@ -677,6 +679,7 @@ impl IodHandler {
 
 impl Handler for IodHandler {
     async fn handle_pieces(&self, req: Request, data: Bytes) -> (Response, Vec<Bytes>) {
+        self.0.requests.fetch_add(1, Ordering::Relaxed);
         match req {
             Request::Read {
                 handle,
@@ -912,6 +915,7 @@ impl Handler for IodHandler {
                     prefetches: c.prefetches,
                     prefetch_hits: c.prefetch_hits,
                     syncs: iod.syncs.load(Ordering::Relaxed),
+                    requests: iod.requests.load(Ordering::Relaxed),
                 })
             }
             other => Response::error(
@@ -970,6 +974,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         reads: AtomicU64::new(0),
         writes: AtomicU64::new(0),
         syncs: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
         identity: Mutex::new(identity),
         part_len: Mutex::new(HashMap::new()),
         free: Mutex::new(None),

@@ -332,6 +332,8 @@ struct Mds {
     unsynced: std::sync::atomic::AtomicBool,
     /// Syncs asked for (`Request::Sync`).
     syncs: AtomicU64,
+    /// Requests answered ([`ServerStats::requests`]).
+    requests: AtomicU64,
     /// Files whose inode, or a name of which, requests changed since
     /// [`MdsHandler::leased`] last took them (for the leases' callbacks).
     changed: parking_lot::Mutex<Vec<Handle>>,
@@ -770,6 +772,7 @@ impl Mds {
             dir: cfg.data_dir.clone(),
             unsynced: std::sync::atomic::AtomicBool::new(false),
             syncs: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
             reserved: AtomicU64::new(reserved_handles(&cfg.data_dir)?),
             incarnation: AtomicU64::new(0),
             incarnations: AtomicU64::new(0),
@@ -1493,6 +1496,21 @@ impl Mds {
                     parent: p.attr,
                 })
             }),
+            // Each on its own, as if sent alone (`Request::Unlinks`).
+            Request::Unlinks { parent, names } => Ok(Response::Each(
+                names
+                    .into_iter()
+                    .map(|(name, only)| {
+                        let req = Request::Unlink {
+                            parent,
+                            name,
+                            keep_open: false,
+                            only,
+                        };
+                        self.op(req).unwrap_or_else(|(code, msg)| Response::error(code, msg))
+                    })
+                    .collect(),
+            )),
             Request::Rmdir { parent, name } => self.write(|tx| {
                 check_len(&name)?;
                 let mut p = tx.dir(parent)?;
@@ -1738,6 +1756,7 @@ impl Mds {
                     free_bytes,
                     chunks,
                     syncs: self.syncs.load(Ordering::Relaxed),
+                    requests: self.requests.load(Ordering::Relaxed),
                     ..ServerStats::default()
                 }))
             }),
@@ -2240,6 +2259,7 @@ fn touched(req: &Request) -> Touched {
         | Create { parent, .. }
         | Mkdir { parent, .. }
         | Unlink { parent, .. }
+        | Unlinks { parent, .. }
         | Rmdir { parent, .. }
         | Symlink { parent, .. }
         | Mknod { parent, .. } => vec![*parent],
@@ -2294,6 +2314,7 @@ impl Handler for MdsHandler {
 
     async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
         tracing::debug!("request {req:?}");
+        self.0.requests.fetch_add(1, Ordering::Relaxed);
         let (from, req) = match req {
             Request::As { node, req } => (Some(node), *req),
             req => (None, req),
@@ -3066,6 +3087,54 @@ mod tests {
         assert_eq!(lookup(&m, "f"), Some(new), "the file made again");
         unlink(Some(new)).unwrap();
         assert_eq!(lookup(&m, "f"), None);
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// Unlinks sent together are each done on its own, in order: a name
+    /// missing, or naming another file than the one given, is refused
+    /// alone; the others go, and each file gone with its last name is
+    /// answered so that its data goes too.
+    #[test]
+    fn unlinks_sent_together_are_each_done_alone() {
+        let cfg = config("unlinks");
+        let m = Mds::open(&cfg).unwrap();
+        let a = create(&m, "a");
+        let b = create(&m, "b");
+        let c = create(&m, "c");
+        let names = vec![
+            (b"a".to_vec(), Some(a)),
+            (b"missing".to_vec(), None),
+            (b"b".to_vec(), Some(c)),
+            (b"c".to_vec(), None),
+            (b"a".to_vec(), Some(a)),
+        ];
+        let each = match m.op(Request::Unlinks { parent: ROOT, names }).unwrap() {
+            Response::Each(each) => each,
+            other => panic!("{other:?}"),
+        };
+        let codes: Vec<_> = each
+            .iter()
+            .map(|r| match r {
+                Response::Unlinked { gone, .. } => Ok(gone.as_ref().map(|g| g.handle)),
+                Response::Error(e) => Err(e.code),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            codes,
+            vec![
+                Ok(Some(a)),
+                Err(ErrorCode::NotFound),
+                Err(ErrorCode::NotFound),
+                Ok(Some(c)),
+                Err(ErrorCode::NotFound)
+            ]
+        );
+        assert_eq!(
+            (lookup(&m, "a"), lookup(&m, "b"), lookup(&m, "c")),
+            (None, Some(b), None)
+        );
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
