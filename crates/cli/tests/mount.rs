@@ -2933,6 +2933,65 @@ fn unlinks_answered_during_a_round_trip_reach_the_server_together() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A node reading many files of a directory fetches the rest ahead of
+/// their lookups (`ReadDirPlus`, with a lease on each): the files after
+/// the fourth cost no request each. Another node's change of a file
+/// fetched ahead and not looked up yet is seen all the same (the lease
+/// is called back first), as are a removal and a name made since.
+#[test]
+fn files_fetched_ahead_of_their_lookups_cost_no_request_and_stay_right() {
+    let (base, cluster, a, b) = two_nodes("files-ahead", "2");
+    let d = cluster.0.to_str().unwrap().to_string();
+    let mds_requests = || {
+        let stats = common::server_stats(&d);
+        let (_, mds) = stats
+            .iter()
+            .find(|(n, _)| n == "mds")
+            .expect("the metadata server's row");
+        mds["requests"].as_u64().expect("a counter")
+    };
+    std::fs::create_dir(b.p("d")).unwrap();
+    for i in 0..40 {
+        std::fs::write(b.p(&format!("d/f{i}")), format!("one {i}")).unwrap();
+    }
+    let read = |m: &Mounted, i: u32| std::fs::read_to_string(m.p(&format!("d/f{i}")));
+    for i in 0..4 {
+        assert_eq!(read(&a, i).unwrap(), format!("one {i}"));
+    }
+    // The fetch runs in the background.
+    std::thread::sleep(Duration::from_millis(500));
+    let r0 = mds_requests();
+    let before = mds_requests();
+    let asking = before - r0;
+    for i in 4..20 {
+        assert_eq!(read(&a, i).unwrap(), format!("one {i}"), "f{i}, fetched ahead");
+    }
+    let used = mds_requests() - before - asking;
+    assert!(
+        used < 8,
+        "16 files read on a took {used} requests at the metadata server"
+    );
+    // b changes files a fetched ahead and has not looked up.
+    std::fs::write(b.p("d/f30"), b"two").unwrap();
+    std::fs::remove_file(b.p("d/f31")).unwrap();
+    std::fs::write(b.p("d/f40"), b"new").unwrap();
+    assert_eq!(
+        read(&a, 30).unwrap(),
+        "two",
+        "f30, changed on b after a fetched it ahead"
+    );
+    assert_eq!(
+        read(&a, 31).unwrap_err().kind(),
+        ErrorKind::NotFound,
+        "f31, removed on b"
+    );
+    assert_eq!(read(&a, 40).unwrap(), "new", "f40, made on b");
+    for i in (20..30).chain(32..40) {
+        assert_eq!(read(&a, i).unwrap(), format!("one {i}"), "f{i}");
+    }
+    finish(base, cluster, a, b);
+}
+
 /// `fsync` of any file or directory on a mount makes every change the
 /// metadata server has durable: a directory and a file made in it outlive
 /// a `kill -9` of the server after an `fsync` elsewhere, and after one of

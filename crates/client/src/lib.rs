@@ -40,7 +40,7 @@ pub use parcache_core::consistency::KernelCache;
 use parcache_core::cooperative::CooperativeKind;
 use parcache_core::{CacheConfig, CacheStats, PrefetchKind, StripeLayout, Time, WritePolicyKind};
 use parcache_driver::{BelowError, Driver, DriverError};
-pub use parcache_proto::{Attr, DirEntry, ErrorCode, FileKind, SetAttr, Timestamp, NAME_MAX};
+pub use parcache_proto::{Attr, DirEntry, EntryPlus, ErrorCode, FileKind, SetAttr, Timestamp, NAME_MAX};
 use parcache_proto::{Client, ConnError, Request, Response, Secret};
 use parking_lot::Mutex;
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 use crate::{Fs, FsError, Result};
 use parcache_core::bypass::hints::HintList;
 use parcache_core::FilePolicies;
-use parcache_proto::{show_name, Attr, DirEntry, ErrorCode, FileKind, Request, Response, SetAttr, ROOT};
+use parcache_proto::{show_name, Attr, DirEntry, EntryPlus, ErrorCode, FileKind, Request, Response, SetAttr, ROOT};
 
 impl Fs {
     /// Resolves an absolute path (symbolic links in the middle are not followed).
@@ -235,6 +235,27 @@ impl Fs {
         self.md_attr(&what, Request::WatchDir { dir }).await?;
         let entries = self.list_entries(dir, most).await?;
         Ok(entries.map(|e| e.into_iter().map(|e| e.name).collect()))
+    }
+
+    /// A page of the files named in directory `dir` after `after`, each as
+    /// [`Fs::lookup_with_policies`] would answer it, under a lease for this
+    /// node (`ReadDirPlus`), and where the next page starts (`None`: this
+    /// was the last). Take each answer with [`Fs::looked_up`] when its
+    /// name is looked up.
+    pub async fn read_dir_plus(&self, dir: u64, after: Option<Vec<u8>>) -> Result<(Vec<EntryPlus>, Option<Vec<u8>>)> {
+        let what = format!("directory {}", self.what(dir));
+        match self.md(&what, Request::ReadDirPlus { dir, after }).await? {
+            Response::EntriesPlus { entries, more } => Ok((entries, more)),
+            other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Takes a lookup's answer got ahead of it ([`Fs::read_dir_plus`]) as
+    /// [`Fs::lookup_with_policies`] takes the server's: the file's name,
+    /// and a small file's content for the open after.
+    pub fn looked_up(&self, attr: &Attr, name: &[u8], content: Option<Vec<u8>>) {
+        self.name(attr, &show_name(name));
+        self.keep_small(attr, content);
     }
 
     /// Removes a name. A file open on this node keeps its data until the

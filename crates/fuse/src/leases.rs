@@ -15,7 +15,7 @@
 //! which the invalidation of the name waits for).
 
 use fuser::Notifier;
-use parcache_client::{Attr, FileKind, Fs};
+use parcache_client::{Attr, EntryPlus, FileKind, Fs};
 use parcache_core::consistency::leases::LEASE;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -71,6 +71,33 @@ struct Held {
     adding: HashMap<u64, HashMap<Vec<u8>, u32>>,
     /// When each directory was last watched: not again within half a lease.
     tried: HashMap<u64, Instant>,
+    /// Lookups' answers got ahead of them (`ReadDirPlus`), per directory
+    /// and name, and the content bytes they hold.
+    ahead: HashMap<u64, HashMap<Vec<u8>, Ahead>>,
+    ahead_kept: usize,
+    ahead_bytes: usize,
+    /// Files this node looked up at the server lately, per directory: how
+    /// many, since when.
+    finding: HashMap<u64, (u32, Instant)>,
+    /// Directories whose files are being fetched ahead.
+    ahead_dirs: HashMap<u64, AheadDir>,
+}
+
+/// How far a directory's files were fetched ahead.
+struct AheadDir {
+    /// Where the next page starts (`None`: at the start).
+    after: Option<Vec<u8>>,
+    /// Pages the next fetch asks for (doubling up to [`AHEAD_PAGES_MOST`]).
+    pages: u32,
+    fetching: bool,
+    /// When the directory's end was reached (or a fetch failed).
+    ended: Option<Instant>,
+}
+
+/// A lookup's answer got ahead of it, with a small file's content.
+struct Ahead {
+    looked: Looked,
+    content: Option<Vec<u8>>,
 }
 
 /// A directory's names as this node knows them, and until when.
@@ -91,6 +118,23 @@ const MAX_KNOWN: usize = 65_536;
 /// Most lookups' answers kept for opens; more (a walk that opens
 /// nothing) start the table again.
 const MAX_LOOKED: usize = 4096;
+
+/// Files found by lookups at the server in one directory within
+/// [`AHEAD_WITHIN`] after which the rest of its files are fetched ahead.
+const AHEAD_AFTER: u32 = 4;
+const AHEAD_WITHIN: Duration = Duration::from_secs(1);
+/// Answers got ahead kept at most, and their small files' content bytes;
+/// past either, no more pages are fetched (the table starts again when
+/// the next fetch begins).
+const MAX_AHEAD: usize = 16_384;
+const MAX_AHEAD_BYTES: usize = 64 << 20;
+/// Files in a page of `ReadDirPlus`, about (room made for before a fetch).
+const AHEAD_PAGE_GUESS: usize = 256;
+/// Pages one fetch ahead asks for at most: the first asks for one, each
+/// next (at the next [`AHEAD_AFTER`] lookups the pages so far did not
+/// answer) twice as many, as a read-ahead window grows; a program that
+/// looks up a few files of a large directory fetches one page.
+const AHEAD_PAGES_MOST: u32 = 16;
 
 /// A lookup's answer and what was true when it was asked.
 struct Looked {
@@ -277,6 +321,9 @@ impl KernelLeases {
                     held.looked.clear();
                     held.set.clear();
                     held.dirs.clear();
+                    held.ahead.clear();
+                    held.ahead_kept = 0;
+                    held.ahead_bytes = 0;
                     held.names.drain().collect()
                 }
             }
@@ -344,6 +391,138 @@ impl KernelLeases {
             dir,
             name: name.to_vec(),
         }
+    }
+
+    /// A lookup at the server found a file in `dir`: whether to fetch more
+    /// of the directory's files ahead now, and from where and how many
+    /// pages (at the [`AHEAD_AFTER`]th such lookup there within
+    /// [`AHEAD_WITHIN`], none being fetched, the directory's end not
+    /// reached within half a lease; `leasing`: the node holds leases at
+    /// all). A program reading or `stat`ing many files of a directory then
+    /// finds their answers here. End the fetch with
+    /// [`KernelLeases::fetched_ahead`].
+    pub(crate) fn found_at_server(&self, dir: u64, leasing: bool) -> Option<(Option<Vec<u8>>, u32)> {
+        if !leasing {
+            return None;
+        }
+        let mut held = self.held.lock();
+        let now = Instant::now();
+        if held.finding.len() >= MAX_DIRS {
+            held.finding.clear();
+        }
+        let f = held.finding.entry(dir).or_insert((0, now));
+        if now.duration_since(f.1) > AHEAD_WITHIN {
+            *f = (0, now);
+        }
+        f.0 += 1;
+        if f.0 < AHEAD_AFTER {
+            return None;
+        }
+        held.finding.remove(&dir);
+        if held.ahead_dirs.len() >= MAX_DIRS && !held.ahead_dirs.contains_key(&dir) {
+            held.ahead_dirs.retain(|_, d| d.fetching);
+        }
+        let d = held.ahead_dirs.entry(dir).or_insert(AheadDir {
+            after: None,
+            pages: 1,
+            fetching: false,
+            ended: None,
+        });
+        if d.fetching {
+            return None;
+        }
+        if let Some(t) = d.ended {
+            if now.duration_since(t) < Duration::from_nanos(LEASE.0 / 2) {
+                return None;
+            }
+            // What was fetched then has run out with its leases.
+            (d.after, d.pages, d.ended) = (None, 1, None);
+        }
+        d.fetching = true;
+        let (after, pages) = (d.after.clone(), d.pages);
+        d.pages = (d.pages * 2).min(AHEAD_PAGES_MOST);
+        if held.ahead_kept + AHEAD_PAGE_GUESS * pages as usize > MAX_AHEAD || held.ahead_bytes > MAX_AHEAD_BYTES / 2 {
+            held.ahead.clear();
+            held.ahead_kept = 0;
+            held.ahead_bytes = 0;
+        }
+        Some((after, pages))
+    }
+
+    /// A fetch ahead of `dir`'s files ended: the next starts after `after`;
+    /// `ended`: the directory's end was reached (or the fetch failed).
+    pub(crate) fn fetched_ahead(&self, dir: u64, after: Option<Vec<u8>>, ended: bool) {
+        let mut held = self.held.lock();
+        if let Some(d) = held.ahead_dirs.get_mut(&dir) {
+            d.fetching = false;
+            d.after = after;
+            if ended {
+                d.ended = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Keeps a page of `dir`'s files got ahead (`ReadDirPlus`), `t` and
+    /// `changes` taken before it was asked for, as
+    /// [`KernelLeases::looked`] keeps a lookup's answer; whether to ask
+    /// for the next page (room is left, and the page was kept).
+    pub(crate) fn got_ahead(&self, dir: u64, t: Ticket, changes: (u64, u64), page: Vec<EntryPlus>) -> bool {
+        let mut held = self.held.lock();
+        if held.forgotten != t.forgotten {
+            return false;
+        }
+        for e in page {
+            if !Looked::keeps(t, changes, &e.attr) {
+                return false;
+            }
+            let bytes = e.content.as_ref().map_or(0, Vec::len);
+            let looked = Looked {
+                attr: e.attr,
+                policies: e.policies,
+                ticket: t,
+                changes: changes.0,
+            };
+            let ahead = Ahead {
+                looked,
+                content: e.content,
+            };
+            if let Some(old) = held.ahead.entry(dir).or_default().insert(e.name, ahead) {
+                held.ahead_kept -= 1;
+                held.ahead_bytes -= old.content.map_or(0, |c| c.len());
+            }
+            held.ahead_kept += 1;
+            held.ahead_bytes += bytes;
+        }
+        held.ahead_kept < MAX_AHEAD && held.ahead_bytes < MAX_AHEAD_BYTES
+    }
+
+    /// The answer got ahead for the lookup of `name` in `dir`, if the
+    /// metadata server would still answer the same (as
+    /// [`KernelLeases::take_looked`] decides: the lease runs, no lease of
+    /// this node was called back, this node sent no change since): the
+    /// attributes, policies, a small file's content, and the ticket and
+    /// changes it was asked for with. Taken: one lookup each.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn take_ahead(
+        &self,
+        dir: u64,
+        name: &[u8],
+        changes_now: (u64, u64),
+    ) -> Option<(Attr, Vec<(String, String)>, Option<Vec<u8>>, Ticket, (u64, u64))> {
+        let mut held = self.held.lock();
+        let a = held.ahead.get_mut(&dir)?.remove(name)?;
+        held.ahead_kept -= 1;
+        held.ahead_bytes -= a.content.as_ref().map_or(0, Vec::len);
+        if !a.looked.fresh(held.forgotten, changes_now) {
+            // Every answer got ahead before the same callback or change
+            // is as stale.
+            held.ahead.clear();
+            held.ahead_kept = 0;
+            held.ahead_bytes = 0;
+            return None;
+        }
+        let l = a.looked;
+        Some((l.attr, l.policies, a.content, l.ticket, (l.changes, l.changes)))
     }
 
     /// Starts watching `dir`'s names (a lookup there found nothing) unless
@@ -475,6 +654,59 @@ mod tests {
         );
         l.forget(None);
         assert!(l.held.lock().names.is_empty());
+    }
+
+    /// Files are fetched ahead at the fourth lookup found at the server in
+    /// a directory within a second, one fetch at a time, each going on
+    /// from the last with twice its pages, none within half a lease of the
+    /// directory's end; an
+    /// answer got ahead is taken once, and only while the server would
+    /// answer the same: a callback of any lease, or a change this node
+    /// sent, and every answer got ahead is stale.
+    #[test]
+    fn answers_got_ahead_are_taken_once_and_only_while_fresh() {
+        let l = KernelLeases::default();
+        let found = || (0..4).map(|_| l.found_at_server(1, true)).collect::<Vec<_>>();
+        assert_eq!(found(), [None, None, None, Some((None, 1))], "the fourth: a page");
+        assert_eq!(found(), [None, None, None, None], "one fetch at a time");
+        l.fetched_ahead(1, Some(b"b".to_vec()), false);
+        assert_eq!(
+            found(),
+            [None, None, None, Some((Some(b"b".to_vec()), 2))],
+            "then twice as many, on"
+        );
+        l.fetched_ahead(1, Some(b"x".to_vec()), true);
+        assert_eq!(found(), [None, None, None, None], "the end reached lately");
+        assert_eq!(l.found_at_server(2, false), None, "no leases, no fetch");
+        let entry = |name: &str, h: u64| EntryPlus {
+            name: name.as_bytes().to_vec(),
+            attr: attr(h, FileKind::File),
+            policies: vec![("prefetch".into(), "none".into())],
+            content: Some(vec![h as u8; 10]),
+        };
+        let page = || vec![entry("a", 5), entry("b", 6), entry("c", 7)];
+        assert!(l.got_ahead(1, ticket(&l), (3, 3), page()));
+        let (a, policies, content, _, changes) = l.take_ahead(1, b"a", (3, 3)).expect("got ahead");
+        assert_eq!(
+            (a.handle, policies.len(), content, changes),
+            (5, 1, Some(vec![5; 10]), (3, 3))
+        );
+        assert!(l.take_ahead(1, b"a", (3, 3)).is_none(), "taken once");
+        assert!(l.take_ahead(2, b"b", (3, 3)).is_none(), "another directory");
+        assert!(l.take_ahead(1, b"b", (4, 4)).is_none(), "a change of this node's since");
+        assert!(l.take_ahead(1, b"c", (3, 3)).is_none(), "all stale after one");
+        assert!(
+            !l.got_ahead(1, ticket(&l), (3, 4), page()),
+            "a change in flight: not kept"
+        );
+        assert!(l.take_ahead(1, b"a", (4, 4)).is_none());
+        let t = ticket(&l);
+        l.forget(Some(99));
+        assert!(!l.got_ahead(1, t, (4, 4), page()), "a callback while it was fetched");
+        assert!(l.got_ahead(1, ticket(&l), (4, 4), page()));
+        l.forget(Some(99));
+        assert!(l.take_ahead(1, b"b", (4, 4)).is_none(), "a callback after");
+        assert_eq!(l.held.lock().ahead_kept, 0);
     }
 
     /// A directory's names are known from its listing, with every name

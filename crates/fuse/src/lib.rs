@@ -397,6 +397,43 @@ impl Mount {
     }
 }
 
+/// Fetches `pages` pages of directory `dir`'s files after `after` ahead
+/// of their lookups, in the background (`ReadDirPlus`: each file's
+/// attributes, policies and small content under a lease, as its lookup
+/// would get them), until the directory ends or
+/// [`KernelLeases::got_ahead`] keeps no more.
+fn files_ahead(fs: &Arc<Fs>, leases: &Arc<KernelLeases>, dir: u64, mut after: Option<Vec<u8>>, pages: u32) {
+    let (fs, leases) = (fs.clone(), leases.clone());
+    tokio::spawn(async move {
+        let mut ended = false;
+        for _ in 0..pages {
+            let (t, changes) = (leases.ticket(&fs), fs.metadata_changes());
+            match fs.read_dir_plus(dir, after.clone()).await {
+                Ok((page, more)) => {
+                    if !leases.got_ahead(dir, t, changes, page) {
+                        // Not kept (stale already) or no room: this page
+                        // again at the next fetch.
+                        break;
+                    }
+                    match more {
+                        Some(last) => after = Some(last),
+                        None => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("fetching the files of directory {dir} ahead: {e}");
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        leases.fetched_ahead(dir, after, ended);
+    });
+}
+
 /// Starts learning directory `dir`'s names under a lease on them, in the
 /// background (unless they are known or were tried lately), so that the
 /// lookups of names not there (each create's) need no request.
@@ -639,6 +676,19 @@ impl Filesystem for Mount {
             return reply.error(ENOENT);
         }
         let rec = self.recorder.clone();
+        if let Some((a, policies, content, t, changes)) = self.leases.take_ahead(parent, &name, fs.metadata_changes()) {
+            // Got ahead with the directory's other files, and the server
+            // would still answer the same: no request.
+            fs.looked_up(&a, &name, content);
+            if let Some(r) = rec {
+                r.learn(parent, &name, a.handle);
+            }
+            self.leases.looked(t, changes, &a, policies);
+            let attr = file_attr(&fs, &a);
+            return self
+                .leases
+                .reply_with(t, &a, Some((parent, &name)), DIR_TTL, |ttl| reply.entry(ttl, &attr, 0));
+        }
         // Taken before the lookup is sent: the open that usually follows
         // may take its answer ([`KernelLeases::take_looked`]).
         let leases = self.leases.clone();
@@ -655,6 +705,13 @@ impl Filesystem for Mount {
                 let (a, policies) = found?;
                 if let Some(r) = rec {
                     r.learn(parent, &name, a.handle);
+                }
+                if a.kind == FileKind::File {
+                    if let Some((after, pages)) = leases.found_at_server(parent, fs.leasing()) {
+                        // Many files of this directory are being read or
+                        // `stat`ed, most likely.
+                        files_ahead(&fs, &leases, parent, after, pages);
+                    }
                 }
                 leases.looked(t, changes, &a, policies);
                 Ok(a)

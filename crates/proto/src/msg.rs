@@ -142,6 +142,18 @@ pub struct DirEntry {
     pub kind: FileKind,
 }
 
+/// A file named in a directory, as a lookup of its name would answer
+/// (`Request::ReadDirPlus`): its attributes, policies and, for a small
+/// file, its content.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct EntryPlus {
+    pub name: Name,
+    pub attr: Attr,
+    pub policies: Vec<(String, String)>,
+    #[serde(with = "serde_bytes")]
+    pub content: Option<Vec<u8>>,
+}
+
 /// Attributes to change; `None` leaves one alone.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetAttr {
@@ -196,6 +208,16 @@ pub enum Request {
     /// (from the start if `None`); answered with `Entries`.
     ReadDir {
         handle: Handle,
+        after: Option<Name>,
+    },
+    /// A page of the files named in directory `dir` after `after`, each as
+    /// a lookup of its name answers (attributes, policies, a small file's
+    /// content), and a lease on each for the asking node, as that lookup
+    /// would give (NFSv3's READDIRPLUS, RFC 1813 §3.3.17): a node reading
+    /// many files of a directory looks them up a page at a time. Only
+    /// regular files; answered `EntriesPlus`.
+    ReadDirPlus {
+        dir: Handle,
         after: Option<Name>,
     },
     /// Remove a name. `keep_open`: the file is open on the asking node, so
@@ -788,6 +810,12 @@ pub enum Response {
         entries: Vec<DirEntry>,
         more: bool,
     },
+    /// A page of `ReadDirPlus`: the files, and the last name it went past
+    /// if the directory goes on after it (the next page's `after`).
+    EntriesPlus {
+        entries: Vec<EntryPlus>,
+        more: Option<Name>,
+    },
     Target(Vec<u8>),
     Names(Vec<String>),
     /// Policy settings: (key, value, whether it was inherited from the
@@ -1022,6 +1050,7 @@ impl Request {
                 | HoldDir { .. }
                 | GetPolicy { .. }
                 | ReadDir { .. }
+                | ReadDirPlus { .. }
                 | GetXattr { .. }
                 | ListXattr { .. }
                 | ExplainPolicy { .. }
@@ -1075,6 +1104,7 @@ impl Request {
                 | LookupPolicy { .. }
                 | GetAttr { .. }
                 | ReadDir { .. }
+                | ReadDirPlus { .. }
                 | GetXattr { .. }
                 | ListXattr { .. }
                 | ExplainPolicy { .. }

@@ -32,8 +32,8 @@ use parcache_core::{ConsistencyKind, FilePolicies, StoreKind};
 use parcache_core::{Span, Time};
 use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
-    serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, ErrorCode, FileKind, Handle, Handler,
-    Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT, SMALL_COPY_MAX,
+    serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, EntryPlus, ErrorCode, FileKind, Handle,
+    Handler, Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT, SMALL_COPY_MAX,
     VERSION_SHIFT,
 };
 use parking_lot::Mutex;
@@ -2270,7 +2270,7 @@ fn touched(req: &Request) -> Touched {
         | SetAttr { handle, .. }
         | ReadDir { handle, .. }
         | Forget { handle } => vec![*handle],
-        WatchDir { dir } | HoldDir { dir } => vec![*dir],
+        WatchDir { dir } | HoldDir { dir } | ReadDirPlus { dir, .. } => vec![*dir],
         _ => vec![],
     };
     let named = match req {
@@ -2284,6 +2284,53 @@ fn touched(req: &Request) -> Touched {
         _ => vec![],
     };
     Touched(handles, named)
+}
+
+/// Bytes of one `ReadDirPlus` page at most (names, attributes, policies
+/// and contents, roughly): about 200 files of 4 KiB.
+const PLUS_PAGE_BYTES: usize = 1 << 20;
+
+/// A page of the regular files named in directory `dir` after `after`,
+/// each as `LookupPolicy` answers it, and the last name the page went
+/// past if the directory goes on.
+fn files_plus(tx: &Tx, dir: Handle, after: Option<&[u8]>) -> R<(Vec<EntryPlus>, Option<Vec<u8>>)> {
+    tx.dir(dir)?;
+    let rtx = tx.w();
+    let dirents = rtx.open_table(DIRENTS).map_err(db_err)?;
+    let inodes = rtx.open_table(INODES).map_err(db_err)?;
+    let start = after.unwrap_or(b"");
+    let range = dirents.range((dir, start)..(dir + 1, &b""[..])).map_err(db_err)?;
+    let (mut out, mut bytes, mut last) = (Vec::new(), 0usize, None);
+    for e in range {
+        let (k, v) = e.map_err(db_err)?;
+        let name = k.value().1;
+        if after == Some(name) {
+            continue;
+        }
+        if bytes >= PLUS_PAGE_BYTES {
+            return Ok((out, last));
+        }
+        last = Some(name.to_vec());
+        let Some(b) = inodes.get(v.value()).map_err(db_err)? else {
+            continue;
+        };
+        let i: Inode = postcard::from_bytes(b.value()).map_err(db_err)?;
+        if i.attr.kind != FileKind::File {
+            continue;
+        }
+        let content = tx.small(&i)?;
+        bytes += name.len()
+            + 128
+            + content.as_ref().map_or(0, Vec::len)
+            + i.policies.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        out.push(EntryPlus {
+            name: name.to_vec(),
+            attr: i.attr,
+            policies: i.policies,
+            content,
+        });
+    }
+    Ok((out, None))
 }
 
 fn grants_lease(req: &Request) -> bool {
@@ -2500,6 +2547,29 @@ impl MdsHandler {
                 self.2.called_back(node, id);
                 Response::Ok
             }
+            Request::ReadDirPlus { dir, after } => match from {
+                None => Response::error(
+                    ErrorCode::BadRequest,
+                    "a page of a directory's files with leases on them is for a node (a request made As one)",
+                ),
+                // As a lookup of each name: another node holding the
+                // directory is called back first (its unlinks are made),
+                // and every later change of a file calls this node back.
+                Some(node) => {
+                    self.leased_alone(Some(node), None, &Touched(vec![dir], vec![]), once, |m| {
+                        m.read(|tx| files_plus(tx, dir, after.as_deref()))
+                            .map(|(entries, more)| {
+                                let now = self.2.now();
+                                let mut leases = self.5.lock();
+                                for e in &entries {
+                                    leases.grant(now, node, e.attr.handle);
+                                }
+                                Response::EntriesPlus { entries, more }
+                            })
+                    })
+                    .await
+                }
+            },
             Request::WatchDir { dir } => match from {
                 None => Response::error(
                     ErrorCode::BadRequest,
@@ -3087,6 +3157,69 @@ mod tests {
         assert_eq!(lookup(&m, "f"), Some(new), "the file made again");
         unlink(Some(new)).unwrap();
         assert_eq!(lookup(&m, "f"), None);
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// `ReadDirPlus`'s pages name every regular file of the directory once,
+    /// in name order, each as a lookup answers it (a small file's current
+    /// content with it), and leave directories out; a page ends past
+    /// about 1 MiB, and the next starts after the last name it went past.
+    #[test]
+    fn pages_of_files_plus_answer_each_file_as_its_lookup() {
+        let cfg = config("plus");
+        let m = Mds::open(&cfg).unwrap();
+        let mut made = std::collections::BTreeMap::new();
+        for i in 0..300 {
+            let name = format!("f{i:03}");
+            let h = create(&m, &name);
+            let (_, v) = size_of(&m, h);
+            let content = vec![i as u8; 4096];
+            m.written(h, 4096, Some((v, &content))).unwrap();
+            made.insert(name.into_bytes(), (h, Some(content)));
+        }
+        // Empty, and a directory (left out).
+        made.insert(b"g".to_vec(), (create(&m, "g"), None));
+        m.op(Request::Mkdir {
+            parent: ROOT,
+            name: b"f150d".to_vec(),
+            mode: 0o755,
+        })
+        .unwrap();
+        let (mut after, mut pages, mut seen) = (None, 0, Vec::new());
+        loop {
+            let (page, more) = m.read(|tx| files_plus(tx, ROOT, after.as_deref())).unwrap();
+            pages += 1;
+            for e in page {
+                let (h, content) = &made[&e.name];
+                assert_eq!((e.attr.handle, &e.content), (*h, content), "{}", show_name(&e.name));
+                match m
+                    .op(Request::LookupPolicy {
+                        parent: ROOT,
+                        name: e.name.clone(),
+                    })
+                    .unwrap()
+                {
+                    Response::AttrPolicies { attr, policies, .. } => assert_eq!((attr, policies), (e.attr, e.policies)),
+                    other => panic!("{other:?}"),
+                }
+                seen.push(e.name);
+            }
+            match more {
+                Some(last) => after = Some(last),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 2, "300 files of 4 KiB in pages of about 1 MiB");
+        assert_eq!(
+            seen,
+            made.keys().cloned().collect::<Vec<_>>(),
+            "each file once, in order"
+        );
+        assert!(
+            m.read(|tx| files_plus(tx, made[&b"g"[..]].0, None)).is_err(),
+            "not a directory"
+        );
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
