@@ -2289,6 +2289,9 @@ fn touched(req: &Request) -> Touched {
 /// Bytes of one `ReadDirPlus` page at most (names, attributes, policies
 /// and contents, roughly): about 200 files of 4 KiB.
 const PLUS_PAGE_BYTES: usize = 1 << 20;
+/// Files in one `ReadDirPlus` page at most (empty ones take little room):
+/// a page holds the store's one-request lock for a millisecond or two.
+const PLUS_PAGE_FILES: usize = 1024;
 
 /// A page of the regular files named in directory `dir` after `after`,
 /// each as `LookupPolicy` answers it, and the last name the page went
@@ -2307,7 +2310,7 @@ fn files_plus(tx: &Tx, dir: Handle, after: Option<&[u8]>) -> R<(Vec<EntryPlus>, 
         if after == Some(name) {
             continue;
         }
-        if bytes >= PLUS_PAGE_BYTES {
+        if bytes >= PLUS_PAGE_BYTES || out.len() >= PLUS_PAGE_FILES {
             return Ok((out, last));
         }
         last = Some(name.to_vec());
@@ -3164,7 +3167,8 @@ mod tests {
     /// `ReadDirPlus`'s pages name every regular file of the directory once,
     /// in name order, each as a lookup answers it (a small file's current
     /// content with it), and leave directories out; a page ends past
-    /// about 1 MiB, and the next starts after the last name it went past.
+    /// about 1 MiB or 1,024 files, and the next starts after the last name
+    /// it went past.
     #[test]
     fn pages_of_files_plus_answer_each_file_as_its_lookup() {
         let cfg = config("plus");
@@ -3220,6 +3224,27 @@ mod tests {
             m.read(|tx| files_plus(tx, made[&b"g"[..]].0, None)).is_err(),
             "not a directory"
         );
+        // Empty files: pages of 1,024.
+        m.op(Request::Mkdir {
+            parent: ROOT,
+            name: b"e".to_vec(),
+            mode: 0o755,
+        })
+        .unwrap();
+        let e = lookup(&m, "e").unwrap();
+        for i in 0..1500 {
+            m.op(Request::Create {
+                parent: e,
+                name: format!("{i}").into_bytes(),
+                mode: 0o644,
+                exclusive: true,
+            })
+            .unwrap();
+        }
+        let (page, more) = m.read(|tx| files_plus(tx, e, None)).unwrap();
+        assert_eq!(page.len(), 1024);
+        let (page, more) = m.read(|tx| files_plus(tx, e, more.as_deref())).unwrap();
+        assert_eq!((page.len(), more), (476, None));
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
