@@ -94,6 +94,34 @@ struct AheadDir {
     ended: Option<Instant>,
 }
 
+impl Held {
+    /// Room for a fetch ahead in `dir`: the answers got ahead that no
+    /// lookup may take any more (a callback since, or their lease run
+    /// out) go, then those of other directories. Those of `dir` not taken
+    /// yet stay: the program reading it has not come to them.
+    fn make_room_ahead(&mut self, dir: u64) {
+        let forgotten = self.forgotten;
+        let lease = Duration::from_nanos(LEASE.0);
+        let usable =
+            |a: &Ahead| a.looked.ticket.forgotten == forgotten && a.looked.ticket.at.elapsed() + MARGIN < lease;
+        for names in self.ahead.values_mut() {
+            names.retain(|_, a| usable(a));
+        }
+        let kept = |h: &Held| h.ahead.values().map(HashMap::len).sum::<usize>();
+        if kept(self) > MAX_AHEAD / 2 {
+            self.ahead.retain(|d, _| *d == dir);
+        }
+        self.ahead.retain(|_, names| !names.is_empty());
+        self.ahead_kept = kept(self);
+        self.ahead_bytes = self
+            .ahead
+            .values()
+            .flat_map(|names| names.values())
+            .map(|a| a.content.as_ref().map_or(0, Vec::len))
+            .sum();
+    }
+}
+
 /// A lookup's answer got ahead of it, with a small file's content.
 struct Ahead {
     looked: Looked,
@@ -123,9 +151,9 @@ const MAX_LOOKED: usize = 4096;
 /// [`AHEAD_WITHIN`] after which the rest of its files are fetched ahead.
 const AHEAD_AFTER: u32 = 4;
 const AHEAD_WITHIN: Duration = Duration::from_secs(1);
-/// Answers got ahead kept at most, and their small files' content bytes;
-/// past either, no more pages are fetched (the table starts again when
-/// the next fetch begins).
+/// Answers got ahead kept at most (past it, no more pages are fetched
+/// until lookups take some), and their small files' content bytes (past
+/// it, answers are kept without their content).
 const MAX_AHEAD: usize = 16_384;
 const MAX_AHEAD_BYTES: usize = 64 << 20;
 /// Files in a page of `ReadDirPlus`, about (room made for before a fetch).
@@ -442,9 +470,7 @@ impl KernelLeases {
         let (after, pages) = (d.after.clone(), d.pages);
         d.pages = (d.pages * 2).min(AHEAD_PAGES_MOST);
         if held.ahead_kept + AHEAD_PAGE_GUESS * pages as usize > MAX_AHEAD || held.ahead_bytes > MAX_AHEAD_BYTES / 2 {
-            held.ahead.clear();
-            held.ahead_kept = 0;
-            held.ahead_bytes = 0;
+            held.make_room_ahead(dir);
         }
         Some((after, pages))
     }
@@ -475,17 +501,17 @@ impl KernelLeases {
             if !Looked::keeps(t, changes, &e.attr) {
                 return false;
             }
-            let bytes = e.content.as_ref().map_or(0, Vec::len);
+            // Past the content's room, the attributes alone (the open
+            // then reads the bytes from the data servers).
+            let content = e.content.filter(|c| held.ahead_bytes + c.len() <= MAX_AHEAD_BYTES);
+            let bytes = content.as_ref().map_or(0, Vec::len);
             let looked = Looked {
                 attr: e.attr,
                 policies: e.policies,
                 ticket: t,
                 changes: changes.0,
             };
-            let ahead = Ahead {
-                looked,
-                content: e.content,
-            };
+            let ahead = Ahead { looked, content };
             if let Some(old) = held.ahead.entry(dir).or_default().insert(e.name, ahead) {
                 held.ahead_kept -= 1;
                 held.ahead_bytes -= old.content.map_or(0, |c| c.len());
@@ -493,7 +519,7 @@ impl KernelLeases {
             held.ahead_kept += 1;
             held.ahead_bytes += bytes;
         }
-        held.ahead_kept < MAX_AHEAD && held.ahead_bytes < MAX_AHEAD_BYTES
+        held.ahead_kept < MAX_AHEAD
     }
 
     /// The answer got ahead for the lookup of `name` in `dir`, if the
@@ -707,6 +733,37 @@ mod tests {
         l.forget(Some(99));
         assert!(l.take_ahead(1, b"b", (4, 4)).is_none(), "a callback after");
         assert_eq!(l.held.lock().ahead_kept, 0);
+    }
+
+    /// Room for answers got ahead: past the content's room an answer is
+    /// kept without its content; making room for a directory drops the
+    /// answers no lookup may take, then other directories' answers, and
+    /// keeps that directory's.
+    #[test]
+    fn answers_got_ahead_make_room_without_dropping_the_reader_s() {
+        let l = KernelLeases::default();
+        let e = |name: String, h: u64, len: usize| EntryPlus {
+            name: name.into_bytes(),
+            attr: attr(h, FileKind::File),
+            policies: vec![],
+            content: Some(vec![1; len]),
+        };
+        let big: Vec<_> = (0..5).map(|i| e(format!("b{i}"), i, 16 << 20)).collect();
+        assert!(l.got_ahead(1, ticket(&l), (0, 0), big));
+        let kept: Vec<bool> = (0..5)
+            .map(|i| l.take_ahead(1, format!("b{i}").as_bytes(), (0, 0)).unwrap().2.is_some())
+            .collect();
+        assert_eq!(kept, [true, true, true, true, false], "64 MiB of content at most");
+        let many: Vec<_> = (0..9000).map(|i| e(format!("f{i}"), 100 + i, 0)).collect();
+        assert!(l.got_ahead(1, ticket(&l), (0, 0), many));
+        assert!(l.got_ahead(2, ticket(&l), (0, 0), vec![e("g".into(), 5, 0)]));
+        l.held.lock().make_room_ahead(1);
+        assert_eq!(l.held.lock().ahead_kept, 9000, "the reader's directory's answers stay");
+        assert!(l.take_ahead(2, b"g", (0, 0)).is_none(), "another directory's went");
+        assert!(l.take_ahead(1, b"f8999", (0, 0)).is_some());
+        l.held.lock().forgotten += 1;
+        l.held.lock().make_room_ahead(1);
+        assert_eq!(l.held.lock().ahead_kept, 0, "stale after a callback");
     }
 
     /// A directory's names are known from its listing, with every name
