@@ -2873,6 +2873,17 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
     finish(base, cluster, a, b);
 }
 
+/// The requests the metadata server of the cluster in `d` has answered
+/// (`parcache status`; each call is a few more).
+fn mds_requests(d: &str) -> u64 {
+    let stats = common::server_stats(d);
+    let (_, mds) = stats
+        .iter()
+        .find(|(n, _)| n == "mds")
+        .expect("the metadata server's row");
+    mds["requests"].as_u64().expect("a counter")
+}
+
 /// Unlinks answered before the metadata server has them reach it together:
 /// those answered while one is under way (the server stopped here) go in
 /// one more request, not one each, and each is done there (a client
@@ -2882,14 +2893,7 @@ fn unlinks_answered_during_a_round_trip_reach_the_server_together() {
     let (base, cluster) = up("unlinks-together", "2");
     let a = Mounted::new(&cluster.0, base.join("a"));
     let d = cluster.0.to_str().unwrap().to_string();
-    let mds_requests = || {
-        let stats = common::server_stats(&d);
-        let (_, mds) = stats
-            .iter()
-            .find(|(n, _)| n == "mds")
-            .expect("the metadata server's row");
-        mds["requests"].as_u64().expect("a counter")
-    };
+    let mds_requests = || mds_requests(&d);
     let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
     std::fs::create_dir(a.p("d")).unwrap();
     for i in 0..40 {
@@ -2942,14 +2946,7 @@ fn unlinks_answered_during_a_round_trip_reach_the_server_together() {
 fn files_fetched_ahead_of_their_lookups_cost_no_request_and_stay_right() {
     let (base, cluster, a, b) = two_nodes("files-ahead", "2");
     let d = cluster.0.to_str().unwrap().to_string();
-    let mds_requests = || {
-        let stats = common::server_stats(&d);
-        let (_, mds) = stats
-            .iter()
-            .find(|(n, _)| n == "mds")
-            .expect("the metadata server's row");
-        mds["requests"].as_u64().expect("a counter")
-    };
+    let mds_requests = || mds_requests(&d);
     std::fs::create_dir(b.p("d")).unwrap();
     for i in 0..40 {
         std::fs::write(b.p(&format!("d/f{i}")), format!("one {i}")).unwrap();
