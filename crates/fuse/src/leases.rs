@@ -490,17 +490,14 @@ impl KernelLeases {
 
     /// Keeps a page of `dir`'s files got ahead (`ReadDirPlus`), `t` and
     /// `changes` taken before it was asked for, as
-    /// [`KernelLeases::looked`] keeps a lookup's answer; whether to ask
-    /// for the next page (room is left, and the page was kept).
-    pub(crate) fn got_ahead(&self, dir: u64, t: Ticket, changes: (u64, u64), page: Vec<EntryPlus>) -> bool {
+    /// [`KernelLeases::looked`] keeps a lookup's answer: `None` if not
+    /// kept (stale already), else whether room is left for the next page.
+    pub(crate) fn got_ahead(&self, dir: u64, t: Ticket, changes: (u64, u64), page: Vec<EntryPlus>) -> Option<bool> {
         let mut held = self.held.lock();
-        if held.forgotten != t.forgotten {
-            return false;
+        if held.forgotten != t.forgotten || page.iter().any(|e| !Looked::keeps(t, changes, &e.attr)) {
+            return None;
         }
         for e in page {
-            if !Looked::keeps(t, changes, &e.attr) {
-                return false;
-            }
             // Past the content's room, the attributes alone (the open
             // then reads the bytes from the data servers).
             let content = e.content.filter(|c| held.ahead_bytes + c.len() <= MAX_AHEAD_BYTES);
@@ -519,7 +516,7 @@ impl KernelLeases {
             held.ahead_kept += 1;
             held.ahead_bytes += bytes;
         }
-        held.ahead_kept < MAX_AHEAD
+        Some(held.ahead_kept < MAX_AHEAD)
     }
 
     /// The answer got ahead for the lookup of `name` in `dir`, if the
@@ -711,7 +708,7 @@ mod tests {
             content: Some(vec![h as u8; 10]),
         };
         let page = || vec![entry("a", 5), entry("b", 6), entry("c", 7)];
-        assert!(l.got_ahead(1, ticket(&l), (3, 3), page()));
+        assert_eq!(l.got_ahead(1, ticket(&l), (3, 3), page()), Some(true));
         let (a, policies, content, _, changes) = l.take_ahead(1, b"a", (3, 3)).expect("got ahead");
         assert_eq!(
             (a.handle, policies.len(), content, changes),
@@ -721,15 +718,20 @@ mod tests {
         assert!(l.take_ahead(2, b"b", (3, 3)).is_none(), "another directory");
         assert!(l.take_ahead(1, b"b", (4, 4)).is_none(), "a change of this node's since");
         assert!(l.take_ahead(1, b"c", (3, 3)).is_none(), "all stale after one");
-        assert!(
-            !l.got_ahead(1, ticket(&l), (3, 4), page()),
+        assert_eq!(
+            l.got_ahead(1, ticket(&l), (3, 4), page()),
+            None,
             "a change in flight: not kept"
         );
         assert!(l.take_ahead(1, b"a", (4, 4)).is_none());
         let t = ticket(&l);
         l.forget(Some(99));
-        assert!(!l.got_ahead(1, t, (4, 4), page()), "a callback while it was fetched");
-        assert!(l.got_ahead(1, ticket(&l), (4, 4), page()));
+        assert_eq!(
+            l.got_ahead(1, t, (4, 4), page()),
+            None,
+            "a callback while it was fetched"
+        );
+        assert_eq!(l.got_ahead(1, ticket(&l), (4, 4), page()), Some(true));
         l.forget(Some(99));
         assert!(l.take_ahead(1, b"b", (4, 4)).is_none(), "a callback after");
         assert_eq!(l.held.lock().ahead_kept, 0);
@@ -749,14 +751,17 @@ mod tests {
             content: Some(vec![1; len]),
         };
         let big: Vec<_> = (0..5).map(|i| e(format!("b{i}"), i, 16 << 20)).collect();
-        assert!(l.got_ahead(1, ticket(&l), (0, 0), big));
+        assert_eq!(l.got_ahead(1, ticket(&l), (0, 0), big), Some(true));
         let kept: Vec<bool> = (0..5)
             .map(|i| l.take_ahead(1, format!("b{i}").as_bytes(), (0, 0)).unwrap().2.is_some())
             .collect();
         assert_eq!(kept, [true, true, true, true, false], "64 MiB of content at most");
         let many: Vec<_> = (0..9000).map(|i| e(format!("f{i}"), 100 + i, 0)).collect();
-        assert!(l.got_ahead(1, ticket(&l), (0, 0), many));
-        assert!(l.got_ahead(2, ticket(&l), (0, 0), vec![e("g".into(), 5, 0)]));
+        assert_eq!(l.got_ahead(1, ticket(&l), (0, 0), many), Some(true));
+        assert_eq!(
+            l.got_ahead(2, ticket(&l), (0, 0), vec![e("g".into(), 5, 0)]),
+            Some(true)
+        );
         l.held.lock().make_room_ahead(1);
         assert_eq!(l.held.lock().ahead_kept, 9000, "the reader's directory's answers stay");
         assert!(l.take_ahead(2, b"g", (0, 0)).is_none(), "another directory's went");

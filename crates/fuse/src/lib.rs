@@ -410,17 +410,20 @@ fn files_ahead(fs: &Arc<Fs>, leases: &Arc<KernelLeases>, dir: u64, mut after: Op
             let (t, changes) = (leases.ticket(&fs), fs.metadata_changes());
             match fs.read_dir_plus(dir, after.clone()).await {
                 Ok((page, more)) => {
-                    if !leases.got_ahead(dir, t, changes, page) {
-                        // Not kept (stale already) or no room: this page
-                        // again at the next fetch.
+                    // Not kept (stale already): this page again at the
+                    // next fetch.
+                    let Some(room) = leases.got_ahead(dir, t, changes, page) else {
                         break;
-                    }
+                    };
                     match more {
                         Some(last) => after = Some(last),
                         None => {
                             ended = true;
                             break;
                         }
+                    }
+                    if !room {
+                        break;
                     }
                 }
                 Err(e) => {

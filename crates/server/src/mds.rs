@@ -401,6 +401,21 @@ fn hashes_of(bytes: &[u8]) -> Vec<ChunkHash> {
         .collect()
 }
 
+/// Whether a file may have a small copy kept ([`Tx::small`]).
+fn may_be_small(i: &Inode) -> bool {
+    i.attr.kind == FileKind::File && i.attr.size > 0 && i.attr.size <= SMALL_COPY_MAX
+}
+
+/// [`Tx::small`] in the small copies' table `t`, opened already.
+fn small_in(t: &impl ReadableTable<u64, &'static [u8]>, i: &Inode) -> R<Option<Vec<u8>>> {
+    let Some(v) = t.get(i.attr.handle).map_err(db_err)? else {
+        return Ok(None);
+    };
+    let v = v.value();
+    let current = v.len() >= 8 && v[..8] == i.attr.version.to_le_bytes() && (v.len() - 8) as u64 == i.attr.size;
+    Ok(current.then(|| v[8..].to_vec()))
+}
+
 fn entry_in(t: &impl ReadableTable<(u64, &'static [u8]), u64>, parent: Handle, name: &[u8]) -> R<Option<Handle>> {
     Ok(t.get((parent, name)).map_err(db_err)?.map(|v| v.value()))
 }
@@ -454,16 +469,10 @@ impl Tx<'_> {
     /// The copy of a small file's content kept here, if it is current
     /// (the file is at the version it was kept at).
     fn small(&self, i: &Inode) -> R<Option<Vec<u8>>> {
-        if i.attr.kind != FileKind::File || i.attr.size == 0 || i.attr.size > SMALL_COPY_MAX {
+        if !may_be_small(i) {
             return Ok(None);
         }
-        let t = self.tx.open_table(SMALL).map_err(db_err)?;
-        let Some(v) = t.get(i.attr.handle).map_err(db_err)? else {
-            return Ok(None);
-        };
-        let v = v.value();
-        let current = v.len() >= 8 && v[..8] == i.attr.version.to_le_bytes() && (v.len() - 8) as u64 == i.attr.size;
-        Ok(current.then(|| v[8..].to_vec()))
+        small_in(&self.tx.open_table(SMALL).map_err(db_err)?, i)
     }
     /// Keeps `content` as the file's copy at `version`, or (`None`) drops
     /// the copy it has.
@@ -2301,6 +2310,7 @@ fn files_plus(tx: &Tx, dir: Handle, after: Option<&[u8]>) -> R<(Vec<EntryPlus>, 
     let rtx = tx.w();
     let dirents = rtx.open_table(DIRENTS).map_err(db_err)?;
     let inodes = rtx.open_table(INODES).map_err(db_err)?;
+    let small = rtx.open_table(SMALL).map_err(db_err)?;
     let start = after.unwrap_or(b"");
     let range = dirents.range((dir, start)..(dir + 1, &b""[..])).map_err(db_err)?;
     let (mut out, mut bytes, mut last) = (Vec::new(), 0usize, None);
@@ -2321,7 +2331,7 @@ fn files_plus(tx: &Tx, dir: Handle, after: Option<&[u8]>) -> R<(Vec<EntryPlus>, 
         if i.attr.kind != FileKind::File {
             continue;
         }
-        let content = tx.small(&i)?;
+        let content = if may_be_small(&i) { small_in(&small, &i)? } else { None };
         bytes += name.len()
             + 128
             + content.as_ref().map_or(0, Vec::len)
