@@ -2884,6 +2884,106 @@ fn mds_requests(d: &str) -> u64 {
     mds["requests"].as_u64().expect("a counter")
 }
 
+/// The requests the data servers answered, all of them together.
+fn iod_requests(d: &str) -> u64 {
+    common::server_stats(d)
+        .iter()
+        .filter(|(n, _)| n.starts_with("iod"))
+        .map(|(_, s)| s["requests"].as_u64().expect("a counter"))
+        .sum()
+}
+
+/// Small files a node writes whole live on the metadata server alone (data
+/// on metadata): their closes cost the data servers nothing. Another node
+/// that changes one (a few bytes in the middle, an append past 8 KiB, a
+/// truncate up or down) has it written out to the data servers first, and
+/// every byte reads right on both nodes, after a restart of the cluster,
+/// and after a `kill -9` of the metadata server that followed an `fsync`.
+#[test]
+fn small_files_live_on_the_metadata_server_until_a_node_changes_their_parts() {
+    let (base, cluster, a, b) = two_nodes("small-inline", "2");
+    let d = cluster.0.to_str().unwrap().to_string();
+    std::fs::create_dir(a.p("d")).unwrap();
+    let before = iod_requests(&d);
+    let mut want: Vec<Vec<u8>> = (0..12)
+        .map(|i| format!("file {i} as a wrote it\n").into_bytes())
+        .collect();
+    for (i, w) in want.iter().enumerate() {
+        std::fs::write(a.p(&format!("d/f{i}")), w).unwrap();
+    }
+    let asked = iod_requests(&d) - before;
+    // The status calls' own: one per data server each.
+    assert!(asked <= 8, "12 small files cost the data servers {asked} requests");
+    let check = |m: &Mounted, want: &[Vec<u8>], when: &str| {
+        for (i, w) in want.iter().enumerate() {
+            let got = std::fs::read(m.p(&format!("d/f{i}"))).unwrap();
+            assert!(
+                got == *w,
+                "d/f{i} {when}: {:?}, not {:?}",
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(w)
+            );
+        }
+    };
+    check(&b, &want, "read on b");
+    // b changes four of them in ways that reach their data servers.
+    let f = std::fs::OpenOptions::new().write(true).open(b.p("d/f1")).unwrap();
+    f.write_all_at(b"FILE", 0).unwrap();
+    drop(f);
+    want[1][..4].copy_from_slice(b"FILE");
+    let mut f = std::fs::OpenOptions::new().append(true).open(b.p("d/f2")).unwrap();
+    f.write_all(&[b'+'; 9000]).unwrap();
+    drop(f);
+    want[2].extend_from_slice(&[b'+'; 9000]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(b.p("d/f3"))
+        .unwrap()
+        .set_len(70_000)
+        .unwrap();
+    want[3].resize(70_000, 0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(b.p("d/f4"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    want[4].truncate(3);
+    // a writes one of its own again, whole: it stays on the metadata server.
+    std::fs::write(a.p("d/f5"), b"again").unwrap();
+    want[5] = b"again".to_vec();
+    check(&a, &want, "read on a after b's changes");
+    check(&b, &want, "read on b after its changes");
+    // a overwrites a few bytes of one b wrote out.
+    let f = std::fs::OpenOptions::new().write(true).open(a.p("d/f1")).unwrap();
+    f.write_all_at(b"f", 0).unwrap();
+    drop(f);
+    want[1][0] = b'f';
+    check(&b, &want, "read on b after a's change");
+    // A file a made and holds open empty, which b writes whole and closes
+    // first (it lives on the metadata server): a's write and close then
+    // have it written out, and a's bytes land after b's.
+    let g = std::fs::File::create(a.p("d/g")).unwrap();
+    std::fs::write(b.p("d/g"), b"bbbbb").unwrap();
+    g.write_all_at(b"AAA", 10).unwrap();
+    drop(g);
+    let got = std::fs::read(b.p("d/g")).unwrap();
+    assert!(
+        got.len() == 13 && got[10..] == *b"AAA",
+        "d/g after both closes: {got:?}"
+    );
+    a.unmount();
+    b.unmount();
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    check(&a, &want, "after a remount");
+    std::fs::File::open(a.p("d/f0")).unwrap().sync_all().unwrap();
+    crash_mds(&cluster.0);
+    check(&a, &want, "after a kill -9 of the metadata server");
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Unlinks answered before the metadata server has them reach it together:
 /// those answered while one is under way (the server stopped here) go in
 /// one more request, not one each, and each is done there (a client

@@ -9,10 +9,16 @@ use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
 use parcache_driver::{join_all, Below, BelowError};
-use parcache_proto::{ErrorReply, Payload, Request, Response, Secret};
+use parcache_proto::{ErrorReply, Payload, Request, Response, Secret, SMALL_COPY_MAX};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+/// Has the metadata server write a file that lives there out to its data
+/// servers (`Request::Materialize`).
+pub type WriteOut = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
 
 /// A write's bytes: lent by the caller, or shared by reference count.
 #[derive(Clone, Copy)]
@@ -43,6 +49,12 @@ pub struct DataPath {
     /// Files this node created (this process) and has sent no write,
     /// truncate or extension for: none of their parts can come from it.
     fresh: SyncMutex<HashSet<u64>>,
+    /// Files whose content this node's report left on the metadata server
+    /// alone (`WrittenInline`), with that content: the write-back of the
+    /// same bytes that follows sends nothing.
+    on_metadata: SyncMutex<HashMap<u64, Bytes>>,
+    /// How a file that may live on the metadata server is written out.
+    write_out: OnceLock<WriteOut>,
     block_size: u32,
 }
 
@@ -62,6 +74,11 @@ struct Known {
     /// what this node wrote there since the file's size last moved
     /// under it: which parts a growth of the file leaves short.
     written: Vec<u64>,
+    /// The file may live on the metadata server alone (its policies allow
+    /// it, and this node did not have it written out since): before this
+    /// node reads or changes its parts while it is small, the metadata
+    /// server writes it out ([`DataPath::written_out`]).
+    may_live: bool,
 }
 
 impl DataPath {
@@ -85,6 +102,8 @@ impl DataPath {
             iods,
             placements: SyncMutex::new(HashMap::new()),
             fresh: SyncMutex::new(HashSet::new()),
+            on_metadata: SyncMutex::new(HashMap::new()),
+            write_out: OnceLock::new(),
             block_size,
         }
     }
@@ -99,14 +118,92 @@ impl DataPath {
         }
     }
 
-    /// Learns a file's placement and its size at the metadata server.
-    pub fn place(&self, handle: u64, p: Placement, size: u64) {
+    /// Learns a file's placement and its size at the metadata server;
+    /// `may_live`: its policies let it live on the metadata server.
+    pub fn place(&self, handle: u64, p: Placement, size: u64, may_live: bool) {
         let n = p.servers.len();
         self.placements.lock().entry(handle).or_insert(Known {
             placement: p,
             size,
             written: vec![0; n],
+            may_live,
         });
+    }
+
+    /// How files that may live on the metadata server are written out
+    /// (set once, by the client that owns this data path).
+    pub fn set_write_out(&self, f: WriteOut) {
+        let _ = self.write_out.set(f);
+    }
+
+    /// Before this node reads or changes a file's parts at its data
+    /// servers: a file that may live on the metadata server alone, small
+    /// as this node knows it, is written out there first (once; a file
+    /// written out never lives there again). A file this node created and
+    /// sent nothing for yet is not asked about: only a report from another
+    /// node could have left it there, and the metadata server then refuses
+    /// this node's report (the close says so) rather than lose either.
+    async fn written_out(&self, handle: u64) -> Result<()> {
+        let due = self
+            .placements
+            .lock()
+            .get(&handle)
+            .is_some_and(|k| k.may_live && k.size <= SMALL_COPY_MAX && !(k.size == 0 && self.untouched(handle)));
+        if !due {
+            return Ok(());
+        }
+        if let Some(f) = self.write_out.get() {
+            f(handle).await?;
+        }
+        self.on_metadata.lock().remove(&handle);
+        if let Some(k) = self.placements.lock().get_mut(&handle) {
+            k.may_live = false;
+        }
+        Ok(())
+    }
+
+    /// This node's report left the file's `content` on the metadata server
+    /// alone: the write-back of those same bytes sends nothing, and the
+    /// file is written out before its parts are touched.
+    pub fn lives_on_metadata(&self, handle: u64, content: Bytes) {
+        if let Some(k) = self.placements.lock().get_mut(&handle) {
+            k.may_live = true;
+        }
+        self.on_metadata.lock().insert(handle, content);
+    }
+
+    /// Whether the file may live on the metadata server alone as far as
+    /// this node knows (its policies allow it).
+    pub fn may_live(&self, handle: u64) -> bool {
+        self.placements.lock().get(&handle).is_some_and(|k| k.may_live)
+    }
+
+    /// The metadata server refused to keep the file: another node may have
+    /// left it there, so even a file this node made and sent nothing for
+    /// is written out before its parts are touched.
+    pub fn refused_on_metadata(&self, handle: u64) {
+        self.fresh.lock().remove(&handle);
+    }
+
+    /// The write-back that followed [`DataPath::lives_on_metadata`] is done.
+    pub fn settled_on_metadata(&self, handle: u64) {
+        self.on_metadata.lock().remove(&handle);
+    }
+
+    /// Whether a write-back of block `key`'s `pieces` writes only bytes the
+    /// metadata server holds as the file's content already.
+    fn held_on_metadata(&self, key: BlockKey, pieces: &[(u32, Bytes)]) -> bool {
+        if key.index != 0 {
+            return false;
+        }
+        let held = self.on_metadata.lock();
+        let Some(c) = held.get(&key.file) else {
+            return false;
+        };
+        pieces.iter().all(|(at, b)| {
+            let at = *at as usize;
+            at + b.len() <= c.len() && c[at..at + b.len()] == b[..]
+        })
     }
 
     /// The file's size at the metadata server is `size` now. `reset`: the
@@ -129,6 +226,7 @@ impl DataPath {
         if new <= old {
             return Ok(());
         }
+        self.written_out(handle).await?;
         self.touch(handle);
         let k = self.known(handle)?;
         let calls = k.placement.servers.iter().enumerate().filter_map(|(pos, &s)| {
@@ -152,6 +250,7 @@ impl DataPath {
     pub fn forget(&self, handle: u64) {
         self.placements.lock().remove(&handle);
         self.fresh.lock().remove(&handle);
+        self.on_metadata.lock().remove(&handle);
     }
 
     /// This node created the file just now.
@@ -224,6 +323,7 @@ impl DataPath {
     }
 
     async fn write_payload(&self, handle: u64, offset: u64, data: Src<'_>, durable: bool) -> Result<()> {
+        self.written_out(handle).await?;
         self.touch(handle);
         let all: &[u8] = match data {
             Src::Slice(d) => d,
@@ -302,6 +402,7 @@ impl DataPath {
         if len == 0 {
             return Ok(Vec::new());
         }
+        self.written_out(handle).await?;
         let k = self.known(handle)?;
         let p = &k.placement;
         let chunks: Vec<_> = p.layout.chunks(offset, len).collect();
@@ -340,6 +441,7 @@ impl DataPath {
     /// answer itself, not copied into a new buffer, and shorter than `len`
     /// where the server's part ends (the rest reads as zeros).
     pub async fn read_piece(&self, handle: u64, offset: u64, len: u64) -> Result<Bytes> {
+        self.written_out(handle).await?;
         let k = self.known(handle)?;
         let mut chunks = k.placement.layout.chunks(offset, len);
         match (chunks.next(), chunks.next()) {
@@ -377,6 +479,7 @@ impl DataPath {
 
     /// Sets the length of each data server's part of a file of `size` bytes.
     pub async fn truncate(&self, handle: u64, size: u64) -> Result<()> {
+        self.written_out(handle).await?;
         self.touch(handle);
         let p = self.placement(handle)?;
         for (pos, &s) in p.servers.iter().enumerate() {
@@ -482,6 +585,9 @@ pub(crate) fn below_err(e: FsError) -> BelowError {
 /// The node cache writes and fetches whole blocks through the data path.
 impl Below for DataPath {
     async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> std::result::Result<(), BelowError> {
+        if self.held_on_metadata(key, &pieces) {
+            return Ok(());
+        }
         let base = key.index * self.block_size as u64;
         let calls = pieces
             .iter()

@@ -14,7 +14,7 @@ use parcache_core::cooperative::CooperativeKind;
 use parcache_core::BlockKey;
 use parcache_core::{ConsistencyKind, FilePolicies, PrefetchKind, StoreKind, Time};
 use parcache_proto::{never_changed, SMALL_COPY_MAX};
-use parcache_proto::{Attr, Request, Response, SetAttr};
+use parcache_proto::{Attr, ErrorCode, Request, Response, SetAttr};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -162,6 +162,12 @@ impl Fs {
     /// all of it clean (just written down), with the version the node
     /// validated its blocks at: what a size report may carry.
     fn small_copy(&self, handle: u64, size: u64) -> Option<(u64, Bytes)> {
+        self.small_content(handle, size, false)
+    }
+
+    /// [`Fs::small_copy`]; `dirty_too`: with bytes not yet pushed (a copy
+    /// for `WrittenInline`, which pushes none).
+    fn small_content(&self, handle: u64, size: u64, dirty_too: bool) -> Option<(u64, Bytes)> {
         if size == 0 || size > SMALL_COPY_MAX || size > self.cache.block_size as u64 {
             return None;
         }
@@ -169,7 +175,11 @@ impl Fs {
         if !self.plainly_cached(&st, handle) {
             return None;
         }
-        let copy = st.pool.peek_prefix(BlockKey::new(handle, 0), size as u32)?;
+        let key = BlockKey::new(handle, 0);
+        let copy = match dirty_too {
+            true => st.pool.peek_held_prefix(key, size as u32)?,
+            false => st.pool.peek_prefix(key, size as u32)?,
+        };
         Some((st.file.version, copy))
     }
 
@@ -178,7 +188,8 @@ impl Fs {
     pub(crate) fn learn(&self, a: &Attr, settings: &[(String, String)]) -> Result<FileState> {
         let policies = FilePolicies::from_settings(settings);
         let pool = self.pool(&policies)?;
-        self.data.place(a.handle, placement_of(a)?, a.size);
+        let may_live = policies.may_live_on_metadata(settings);
+        self.data.place(a.handle, placement_of(a)?, a.size, may_live);
         self.global.learn(a.handle, settings, self.cache.block_size);
         let st = FileState {
             policies,
@@ -362,7 +373,15 @@ impl Fs {
                     };
                     self.md(&self.what(handle), req).await?;
                 }
-                Action::PushDirty => self.write_back(&st.pool, handle).await?,
+                Action::PushDirty => {
+                    // A push and its report in one request where the file may
+                    // live on the metadata server (a close's, mostly).
+                    if todo.front() == Some(&Action::ReportSize) && self.report_inline(st, handle, latest).await? {
+                        todo.pop_front();
+                        continue;
+                    }
+                    self.write_back(&st.pool, handle).await?
+                }
                 Action::ReportSize => {
                     if let Some(after) = self.report_attr(handle).await? {
                         *latest = after;
@@ -782,6 +801,55 @@ impl Fs {
         pool.discard_file(handle, 0).await;
         self.with_file(handle, |_, f| f.write_back_failed());
         Err(from_below(self.what(handle), e))
+    }
+
+    /// Instead of a push and a size report: a small file this node holds
+    /// whole, which may live on the metadata server alone, is reported with
+    /// its content only (`WrittenInline`), and the metadata server keeps it
+    /// as its only copy (data on metadata, Lustre's DoM): the close costs
+    /// one round trip, not two, and its data servers nothing. `false` (and
+    /// nothing done) where it may not, or the server refused: the caller
+    /// pushes and reports as before. The write-back after an accepted
+    /// report sends only bytes that changed meanwhile (another write of the
+    /// file here), after the file is written out.
+    async fn report_inline(&self, st: &FileState, handle: u64, latest: &mut Attr) -> Result<bool> {
+        if !self.data.may_live(handle) {
+            return Ok(false);
+        }
+        let _one = st.reporting.lock().await;
+        let (size, upto) = match self.files.lock().get(&handle) {
+            Some(s) if s.file.unreported() => (s.file.size, s.file.writes),
+            _ => return Ok(false),
+        };
+        let Some((base, copy)) = self.small_content(handle, size, true) else {
+            return Ok(false);
+        };
+        let what = self.what(handle);
+        let attr = match self
+            .md_with(&what, Request::WrittenInline { handle, size, base }, &copy)
+            .await
+        {
+            Ok(Response::Attr(a)) => a,
+            Err(FsError::Remote {
+                code: ErrorCode::Refused,
+                ..
+            }) => {
+                // Another node's report may have left it there meanwhile
+                // (a file this node made): the push has it written out.
+                self.data.refused_on_metadata(handle);
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+            Ok(other) => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+        };
+        // Its size first: a write-back of other bytes has it written out.
+        self.data.set_size(handle, attr.size, false);
+        self.data.lives_on_metadata(handle, copy);
+        let pushed = self.write_back(&st.pool, handle).await;
+        self.data.settled_on_metadata(handle);
+        self.with_file(handle, |_, f| f.reported(upto, view(&attr)));
+        *latest = attr;
+        pushed.map(|()| true)
     }
 
     /// Tells the metadata server the size this node wrote the file to, if

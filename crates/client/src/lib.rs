@@ -243,6 +243,19 @@ impl Fs {
                 tokio::spawn(async move { fs.reclaim().await });
             }
         }));
+        // A file living on the metadata server is written out there before
+        // this node touches its parts at the data servers.
+        let me = Arc::downgrade(&fs);
+        fs.data.set_write_out(Arc::new(move |handle| {
+            let me = me.clone();
+            Box::pin(async move {
+                let Some(fs) = me.upgrade() else {
+                    return Err(FsError::Protocol("the client was closed".into()));
+                };
+                let what = fs.what(handle);
+                fs.md(&what, Request::Materialize { handle }).await.map(|_| ())
+            })
+        }));
         // What a previous run acknowledged from the log reaches the data
         // servers before this node serves anything.
         fs.deliver(undelivered).await?;

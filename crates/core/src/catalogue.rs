@@ -226,6 +226,22 @@ pub struct FilePolicies {
     pub page_cache: crate::page_cache::PageCache,
 }
 
+impl FilePolicies {
+    /// Whether a small file under these policies (and `settings`, the
+    /// file's own) may keep its only copy on the metadata server (data on
+    /// metadata, as Lustre's DoM): plain blocks under `close-to-open`,
+    /// with no cooperative tier, NV cache or bypass hints, whose every
+    /// path to the data servers is the node's data path, which writes
+    /// such a file out before it touches its parts there.
+    pub fn may_live_on_metadata(&self, settings: &[(String, String)]) -> bool {
+        self.store == StoreKind::Blocks
+            && self.consistency == ConsistencyKind::CloseToOpen
+            && self.cooperative == CooperativeKind::None
+            && !self.nv
+            && settings.iter().all(|(k, _)| k != "bypass")
+    }
+}
+
 impl Default for FilePolicies {
     fn default() -> Self {
         FilePolicies {

@@ -320,6 +320,15 @@ impl<B: Below> Driver<B> {
         Some(st.share(b, sh.block_size, 0, len))
     }
 
+    /// Bytes `0..len` of block `key` if the cache holds them (clean or
+    /// dirty) with no I/O under way, without fetching or counting a hit.
+    pub fn peek_held_prefix(&self, key: BlockKey, len: u32) -> Option<Bytes> {
+        let sh = &*self.shared;
+        let mut st = sh.lock();
+        let b = st.cache.held_prefix(key, len)?;
+        Some(st.share(b, sh.block_size, 0, len))
+    }
+
     /// Whether the cache holds any of block `key` (clean or dirty, whole or
     /// not) or is still writing its last copy down: a request that would go
     /// around the cache must go through it then, or it would miss (or be

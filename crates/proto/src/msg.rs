@@ -698,6 +698,24 @@ pub enum Request {
         parent: Handle,
         names: Vec<(Name, Option<Handle>)>,
     },
+    /// As `WrittenSmall`, from a node that did not write the content to
+    /// the data servers: the metadata server keeps it as the file's only
+    /// copy (data on metadata, Lustre's DoM) if the file may live there
+    /// ([`inline`](crate::inline)); answered `Attr`, or refused with
+    /// [`ErrorCode::Refused`], and the node then writes the bytes to the
+    /// data servers and reports as before.
+    WrittenInline {
+        handle: Handle,
+        size: u64,
+        base: u64,
+    },
+    /// Before a node reads or changes the data servers' parts of a file
+    /// that may live on the metadata server (at most [`SMALL_COPY_MAX`]
+    /// bytes): the metadata server writes the content it holds out to the
+    /// data servers, and from then on they hold the file. Answered `Ok`.
+    Materialize {
+        handle: Handle,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -981,6 +999,9 @@ pub enum ErrorCode {
     /// The server is stopping and did not do the request: send it again
     /// (to the server once restarted).
     Stopping,
+    /// The server declined a request a node may do another way (a
+    /// `WrittenInline` for a file that must live on the data servers).
+    Refused,
 }
 
 impl ErrorCode {
@@ -995,7 +1016,7 @@ impl ErrorCode {
             ErrorCode::Access => 13,
             ErrorCode::Invalid | ErrorCode::BadRequest => 22,
             ErrorCode::NoSpace => 28,
-            ErrorCode::Io | ErrorCode::Stopping => 5,
+            ErrorCode::Io | ErrorCode::Stopping | ErrorCode::Refused => 5,
             ErrorCode::NameTooLong => 36,
             ErrorCode::Loop => 40,
             ErrorCode::NoData => 61,
@@ -1120,6 +1141,9 @@ impl Request {
                 // Again after a first that was done: the base is old, so
                 // the copy goes and only the version moves once more.
                 | WrittenSmall { .. }
+                // As `WrittenSmall`; refused if the first made it a change.
+                | WrittenInline { .. }
+                | Materialize { .. }
                 | Callbacks { .. }
                 | CalledBack { .. }
                 | Heartbeat { .. }

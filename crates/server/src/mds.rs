@@ -501,6 +501,7 @@ impl Tx<'_> {
         self.undo(Undo::Inode(h, old.map(|v| v.value().to_vec())));
         drop(t);
         self.set_small(h, None)?;
+        self.set_inline(h, false)?;
         self.appends_forgotten(h)?;
         let mut pages = self.w().open_table(RECIPES).map_err(db_err)?;
         let mut named = Vec::new();
@@ -672,6 +673,13 @@ impl Tx<'_> {
     }
     fn appends_forgotten(&self, h: Handle) -> R<()> {
         self.set_meta(&append_key(h), None)
+    }
+    /// Whether the file's only copy is its small copy (see [`inline_key`]).
+    fn inline(&self, h: Handle) -> R<bool> {
+        Ok(self.meta(&inline_key(h))?.is_some())
+    }
+    fn set_inline(&self, h: Handle, on: bool) -> R<()> {
+        self.set_meta(&inline_key(h), on.then_some(1))
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
         let mut t = self.w().open_table(META).map_err(db_err)?;
@@ -1050,6 +1058,9 @@ impl Mds {
             }
         }
         self.write(|tx| {
+            if tx.inline(handle)? {
+                return Err(lives_here(handle, "size report"));
+            }
             let mut i = tx.get(handle)?;
             let keep = small.filter(|&(base, _)| {
                 i.attr.kind == FileKind::File
@@ -1061,6 +1072,51 @@ impl Mds {
             tx.put(&i)?;
             tx.set_small(handle, keep.map(|(_, content)| (i.attr.version, content)))?;
             tx.appends_covered(handle, i.attr.size)?;
+            Ok(Response::Attr(i.attr))
+        })
+    }
+
+    /// A node's size report with the file's whole content, which it did
+    /// not write to the data servers (`WrittenInline`): kept as the file's
+    /// only copy if the file is at `base` (no change from elsewhere since
+    /// the writer validated it), may live here
+    /// ([`FilePolicies::may_live_on_metadata`]), has no append under way,
+    /// and either lives here already or was never written (created and
+    /// still empty at its first version: its data servers hold nothing of
+    /// it). Otherwise refused (`Refused`): the node writes the bytes out
+    /// and reports them as before.
+    fn written_inline(&self, handle: Handle, size: u64, base: u64, content: &[u8]) -> R<Response> {
+        if content.len() as u64 != size || size == 0 || size > SMALL_COPY_MAX {
+            return Err((
+                ErrorCode::Invalid,
+                format!(
+                    "size report of handle {handle}: {} bytes of content for a size of {size} \
+                     (1 to {SMALL_COPY_MAX})",
+                    content.len()
+                ),
+            ));
+        }
+        self.write(|tx| {
+            let mut i = tx.get(handle)?;
+            let here = tx.inline(handle)?;
+            let empty = parcache_proto::never_changed(i.attr.version) && i.attr.size == 0;
+            let may = i.attr.kind == FileKind::File
+                && i.attr.version == base
+                && (here || empty)
+                && FilePolicies::from_settings(&i.policies).may_live_on_metadata(&i.policies)
+                && tx.meta(&append_key(handle))?.is_none();
+            if !may {
+                return Err((
+                    ErrorCode::Refused,
+                    format!("handle {handle} may not live on the metadata server now"),
+                ));
+            }
+            changed(tx, &mut i, size);
+            tx.put(&i)?;
+            tx.set_small(handle, Some((i.attr.version, content)))?;
+            if !here {
+                tx.set_inline(handle, true)?;
+            }
             Ok(Response::Attr(i.attr))
         })
     }
@@ -1328,6 +1384,9 @@ impl Mds {
             Request::GetAttr { handle } => self.read(|tx| Ok(Response::Attr(tx.get(handle)?.attr))),
             Request::SetAttr { handle, set } => self.write(|tx| {
                 let mut i = tx.get(handle)?;
+                if set.size.is_some() && tx.inline(handle)? {
+                    return Err(lives_here(handle, "a truncate"));
+                }
                 apply_setattr(tx, &mut i, set)?;
                 tx.put(&i)?;
                 Ok(Response::Attr(i.attr))
@@ -1909,7 +1968,30 @@ struct MdsHandler(
     Mutex<Orphans>,
     /// The requests made at most once being done now.
     InFlight,
+    /// Connections to the data servers, to write out files that live here.
+    DataLinks,
 );
+
+/// The metadata server's connections to its data servers, made at first
+/// need: it writes out a file whose only copy it holds
+/// ([`MdsHandler::materialize`]).
+struct DataLinks {
+    secret: Secret,
+    links: tokio::sync::Mutex<HashMap<u32, Client>>,
+}
+
+impl DataLinks {
+    /// The connection to data server `id` (at `addr`), made if none is open.
+    async fn to(&self, id: u32, addr: &str) -> Result<Client, ConnError> {
+        let mut links = self.links.lock().await;
+        if let Some(c) = links.get(&id).filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let c = Client::connect(addr, &self.secret).await?;
+        links.insert(id, c.clone());
+        Ok(c)
+    }
+}
 
 /// `n-chance`'s directory (1996 §4), the source of its random picks, and
 /// the members it last saw (one that went silent holds nothing any more).
@@ -2093,6 +2175,92 @@ impl MdsHandler {
 
     /// Ends the orphans of nodes gone for at least `older_than_secs` (as
     /// their own last close would: `Forget`); answers their handles.
+    /// Writes a file that lives here (`WrittenInline`) out to its data
+    /// servers, which hold it from then on; nothing for any other file.
+    /// The bytes go out before the mark goes, and the mark goes only if no
+    /// report changed the file meanwhile (else they go out again): a node
+    /// told `Ok` finds the data servers holding the file's current bytes.
+    async fn materialize(&self, handle: Handle) -> R<()> {
+        for _ in 0..16 {
+            let held = self.0.read(|tx| {
+                if !tx.inline(handle)? {
+                    return Ok(None);
+                }
+                let i = tx.get(handle)?;
+                let copy = tx.small(&i)?.ok_or_else(|| {
+                    (
+                        ErrorCode::Io,
+                        format!("handle {handle} lives on the metadata server, but its copy there is not current"),
+                    )
+                })?;
+                Ok(Some((i.attr.version, i.attr.layout, copy)))
+            })?;
+            let Some((version, layout, copy)) = held else {
+                return Ok(());
+            };
+            let layout = layout.ok_or_else(|| (ErrorCode::Io, format!("handle {handle} has no layout")))?;
+            self.write_out(handle, &layout, &copy).await?;
+            let done = self.0.write(|tx| {
+                if tx.inline(handle)? && tx.get(handle)?.attr.version != version {
+                    return Ok(false);
+                }
+                tx.set_inline(handle, false)?;
+                Ok(true)
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
+        Err((
+            ErrorCode::Io,
+            format!("handle {handle}: its content kept changing while it was written out to the data servers"),
+        ))
+    }
+
+    /// Writes `content`, a file's bytes from offset 0, to the parts on its
+    /// data servers (durably: `Write` is answered from their logs).
+    async fn write_out(&self, handle: Handle, layout: &Layout, content: &[u8]) -> R<()> {
+        let su = layout.stripe_unit.max(1);
+        let n = layout.servers.len() as u64;
+        if n == 0 {
+            return Err((
+                ErrorCode::Io,
+                format!("handle {handle}: its layout names no data server"),
+            ));
+        }
+        let mut off = 0u64;
+        while off < content.len() as u64 {
+            let unit = off / su;
+            let end = ((unit + 1) * su).min(content.len() as u64);
+            let id = layout.servers[(unit % n) as usize];
+            let at = (unit / n) * su + off % su;
+            let addr = self.0.iods.get(id as usize).ok_or_else(|| {
+                (
+                    ErrorCode::Io,
+                    format!(
+                        "handle {handle}: its layout names data server {id}, the cluster has {}",
+                        self.0.iods.len()
+                    ),
+                )
+            })?;
+            let failed = |e: String| {
+                (
+                    ErrorCode::Io,
+                    format!("handle {handle}: writing it out to data server {id} ({addr}): {e}"),
+                )
+            };
+            let c = self.8.to(id, addr).await.map_err(|e| failed(e.to_string()))?;
+            let req = Request::Write { handle, offset: at };
+            match c.call(&req, &content[off as usize..end as usize]).await {
+                Ok((Response::Error(e), _)) => return Err(failed(e.message)),
+                Ok(_) => {}
+                Err(e) => return Err(failed(e.to_string())),
+            }
+            off = end;
+        }
+        Ok(())
+    }
+
     async fn drop_orphans(&self, older_than_secs: u64) -> Response {
         let abandoned = self.6.lock().abandoned(self.2.now(), Span::from_secs(older_than_secs));
         let mut ended = Vec::new();
@@ -2608,6 +2776,24 @@ impl MdsHandler {
                 })
                 .await
             }
+            Request::WrittenInline { handle, size, base } => {
+                self.leased_alone(from, None, &Touched::default(), once, |m| {
+                    m.written_inline(handle, size, base, &data)
+                })
+                .await
+            }
+            Request::Materialize { handle } => match self.materialize(handle).await {
+                Ok(()) => Response::Ok,
+                Err((code, msg)) => Response::error(code, msg),
+            },
+            // A file living here is written out before its policies change
+            // (under others its nodes may reach its data servers another way).
+            Request::SetPolicy { handle, .. } | Request::UnsetPolicy { handle, .. } => {
+                match self.materialize(handle).await {
+                    Ok(()) => self.op(from, once, req).await,
+                    Err((code, msg)) => Response::error(code, msg),
+                }
+            }
             Request::SetXattr { handle, name, flags } => {
                 self.leased_alone(from, None, &Touched::default(), once, |m| {
                     m.set_xattr(handle, name.clone(), flags, &data)
@@ -2645,6 +2831,25 @@ impl MdsHandler {
 /// size: their end.
 fn append_key(h: Handle) -> String {
     format!("append/{h:016x}")
+}
+
+/// The key in `META` marking a file whose only copy is its small copy
+/// (`WrittenInline`: data on metadata): its data servers hold nothing
+/// of it until [`MdsHandler::materialize`] writes it out to them.
+fn inline_key(h: Handle) -> String {
+    format!("inline/{h:016x}")
+}
+
+/// Why a file living on the metadata server refuses a change that
+/// assumes its data servers hold it.
+fn lives_here(h: Handle, what: &str) -> (ErrorCode, String) {
+    (
+        ErrorCode::Invalid,
+        format!(
+            "{what} of handle {h}: the file's content is on the metadata server only; \
+             a node has it written out to the data servers (Materialize) before it touches them"
+        ),
+    )
 }
 
 fn orphan_key(h: Handle) -> String {
@@ -2961,6 +3166,10 @@ pub async fn start(cfg: MdsConfig) -> io::Result<crate::Running> {
         Mutex::new(Leases::new()),
         Mutex::new(orphans),
         InFlight::default(),
+        DataLinks {
+            secret: cfg.secret.clone(),
+            links: tokio::sync::Mutex::new(HashMap::new()),
+        },
     ));
     let syncer = {
         let (mds, mut stopped) = (mds.clone(), rx.clone());
@@ -3088,6 +3297,93 @@ mod tests {
             Ok(Response::AttrPolicies { content, .. }) => content,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A file lives on the metadata server alone (`WrittenInline`) only
+    /// from empty at its first version or from living here already, at the
+    /// base its writer names, under policies that allow it; then a report,
+    /// a truncate or a policy that assumes its data servers hold it is
+    /// refused until it is written out, and the mark is kept across a
+    /// restart and goes with the file.
+    #[test]
+    fn a_file_lives_here_only_from_empty_and_refuses_changes_that_assume_its_data_servers() {
+        let cfg = config("inline");
+        let m = Mds::open(&cfg).unwrap();
+        let lives = |m: &Mds, h| m.read(|tx| tx.inline(h)).unwrap();
+        let refused = |r: R<Response>| matches!(r, Err((ErrorCode::Refused, _)));
+        let (a, b, c) = (create(&m, "a"), create(&m, "b"), create(&m, "c"));
+        let (_, v0) = size_of(&m, a);
+        // Content that is not the size, or none, is no report.
+        assert!(matches!(
+            m.written_inline(a, 4, v0, b"abc"),
+            Err((ErrorCode::Invalid, _))
+        ));
+        assert!(matches!(m.written_inline(a, 0, v0, b""), Err((ErrorCode::Invalid, _))));
+        m.written_inline(a, 3, v0, b"abc").unwrap();
+        assert!(lives(&m, a));
+        assert_eq!(content_of(&m, "a"), Some(b"abc".to_vec()));
+        // Its writer again, from the version it made: still here.
+        let (_, v1) = size_of(&m, a);
+        m.written_inline(a, 5, v1, b"abcde").unwrap();
+        assert_eq!((content_of(&m, "a"), size_of(&m, a).0), (Some(b"abcde".to_vec()), 5));
+        // From a stale base (another node's change came first): refused.
+        assert!(refused(m.written_inline(a, 1, v1, b"z")));
+        assert_eq!(content_of(&m, "a"), Some(b"abcde".to_vec()));
+        // A report or a truncate that assumes the data servers hold it.
+        assert!(matches!(
+            m.op(Request::Written { handle: a, size: 9 }),
+            Err((ErrorCode::Invalid, _))
+        ));
+        assert!(matches!(
+            m.written(a, 2, Some((v1 + 1, b"xy"))),
+            Err((ErrorCode::Invalid, _))
+        ));
+        let cut = SetAttr {
+            size: Some(1),
+            ..SetAttr::default()
+        };
+        assert!(matches!(
+            m.op(Request::SetAttr { handle: a, set: cut }),
+            Err((ErrorCode::Invalid, _))
+        ));
+        assert_eq!(size_of(&m, a).0, 5, "changed by a refused request");
+        // A mode change is no change of content.
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        m.op(Request::SetAttr { handle: a, set: chmod }).unwrap();
+        assert_eq!(content_of(&m, "a"), Some(b"abcde".to_vec()));
+        // A file whose data servers were written: never here.
+        m.op(Request::Written { handle: b, size: 2 }).unwrap();
+        let (_, vb) = size_of(&m, b);
+        assert!(refused(m.written_inline(b, 2, vb, b"xy")));
+        assert!(!lives(&m, b));
+        // Nor under policies whose nodes reach the data servers another way.
+        m.op(Request::SetPolicy {
+            handle: c,
+            key: "nv".into(),
+            value: "on".into(),
+        })
+        .unwrap();
+        let (_, vc) = size_of(&m, c);
+        assert!(refused(m.written_inline(c, 2, vc, b"xy")));
+        // Kept across a restart; gone with the file.
+        m.op(Request::Sync).unwrap();
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert!(lives(&m, a));
+        assert_eq!(content_of(&m, "a"), Some(b"abcde".to_vec()));
+        m.op(Request::Unlink {
+            parent: ROOT,
+            name: b"a".to_vec(),
+            keep_open: false,
+            only: None,
+        })
+        .unwrap();
+        assert!(!lives(&m, a), "the mark outlived its file");
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
     /// A size report with the file's content keeps it (data on metadata)

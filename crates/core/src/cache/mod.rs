@@ -401,6 +401,16 @@ impl Cache {
         (buf.io == Io::Idle && held && buf.dirty.is_empty()).then_some(b)
     }
 
+    /// The buffer holding bytes `0..len` of `key`, clean or dirty, with no
+    /// I/O on it (a small file's whole content as this node has it, which
+    /// a close may report to the metadata server instead of pushing it).
+    pub fn held_prefix(&self, key: BlockKey, len: u32) -> Option<BufId> {
+        let &b = self.table.get(&key)?;
+        let buf = &self.bufs[b.index()];
+        let held = len <= self.cfg.block_size && buf.valid.covers(ByteRange::new(0, len));
+        (buf.io == Io::Idle && held).then_some(b)
+    }
+
     /// Whether a clean, whole block replaced by a new one is reported
     /// ([`Effect::Evicted`]) before its buffer is reused.
     pub fn report_evictions(&mut self, on: bool) {

@@ -1073,3 +1073,22 @@ fn discard_clean_forgets_clean_idle_blocks_only() {
     assert!(!c.contains(k(1)) && !c.contains(k(2)));
     assert_eq!(read_fetching(&mut c, 5, 2, r(0, 10)).len(), 1, "a miss now");
 }
+
+/// A small file's content for a close that reports it instead of pushing
+/// it: dirty bytes count as held (not for `clean_prefix`), a prefix with a
+/// byte never written or fetched does not, nor one being written down.
+#[test]
+fn a_held_prefix_counts_dirty_bytes_and_none_under_io() {
+    let mut c = cache(4, ReplacementKind::Lru, W::WriteBack);
+    write(&mut c, 1, 0, 0, r(0, 100));
+    assert!(c.held_prefix(k(0), 100).is_some());
+    assert!(c.clean_prefix(k(0), 100).is_none(), "dirty bytes are not clean");
+    assert!(c.held_prefix(k(0), 101).is_none(), "byte 100 was never written");
+    assert!(c.held_prefix(k(1), 1).is_none(), "a block not here");
+    c.flush_file(Time(2), 1);
+    let es = effects(&mut c);
+    assert!(!written_blocks(&es).is_empty(), "{es:?}");
+    assert!(c.held_prefix(k(0), 100).is_none(), "being written down");
+    complete_writes(&mut c, 3, &es);
+    assert!(c.held_prefix(k(0), 100).is_some() && c.clean_prefix(k(0), 100).is_some());
+}
