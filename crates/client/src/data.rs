@@ -79,6 +79,10 @@ struct Known {
     /// node reads or changes its parts while it is small, the metadata
     /// server writes it out ([`DataPath::written_out`]).
     may_live: bool,
+    /// The metadata server refused to keep the file from this node: its
+    /// closes and truncates do not ask again (a file that does not live
+    /// there never comes to).
+    refused: bool,
 }
 
 impl DataPath {
@@ -127,6 +131,7 @@ impl DataPath {
             size,
             written: vec![0; n],
             may_live,
+            refused: false,
         });
     }
 
@@ -166,16 +171,39 @@ impl DataPath {
     /// alone: the write-back of those same bytes sends nothing, and the
     /// file is written out before its parts are touched.
     pub fn lives_on_metadata(&self, handle: u64, content: Bytes) {
+        self.kept_on_metadata(handle);
+        self.on_metadata.lock().insert(handle, content);
+    }
+
+    /// The metadata server holds the file alone (after this node's report
+    /// or truncate there): written out before its parts are touched, even
+    /// while empty.
+    pub fn kept_on_metadata(&self, handle: u64) {
         if let Some(k) = self.placements.lock().get_mut(&handle) {
             k.may_live = true;
         }
-        self.on_metadata.lock().insert(handle, content);
+        self.fresh.lock().remove(&handle);
     }
 
     /// Whether the file may live on the metadata server alone as far as
     /// this node knows (its policies allow it).
     pub fn may_live(&self, handle: u64) -> bool {
-        self.placements.lock().get(&handle).is_some_and(|k| k.may_live)
+        self.placements
+            .lock()
+            .get(&handle)
+            .is_some_and(|k| k.may_live && !k.refused)
+    }
+
+    /// Whether a truncate of the file to `size` may be done on the
+    /// metadata server alone (`TruncateInline`): it may live there and is
+    /// small, as is `size`.
+    pub fn may_cut_on_metadata(&self, handle: u64, size: u64) -> bool {
+        size <= SMALL_COPY_MAX
+            && self
+                .placements
+                .lock()
+                .get(&handle)
+                .is_some_and(|k| k.may_live && !k.refused && k.size <= SMALL_COPY_MAX)
     }
 
     /// The metadata server refused to keep the file: another node may have
@@ -183,6 +211,9 @@ impl DataPath {
     /// is written out before its parts are touched.
     pub fn refused_on_metadata(&self, handle: u64) {
         self.fresh.lock().remove(&handle);
+        if let Some(k) = self.placements.lock().get_mut(&handle) {
+            k.refused = true;
+        }
     }
 
     /// The write-back that followed [`DataPath::lives_on_metadata`] is done.

@@ -1097,6 +1097,23 @@ impl Fs {
             .await
             .map_err(|e| from_below(what.clone(), e))?;
         st.pool.discard_file(a.handle, 0).await;
+        if Self::cas_of(st).is_none() && self.data.may_cut_on_metadata(a.handle, size) {
+            // A small file living on the metadata server is cut there alone.
+            match self.md(&what, Request::TruncateInline { handle: a.handle, size }).await {
+                Ok(Response::Attr(attr)) => {
+                    self.with_file(a.handle, |_, f| f.truncated(size, attr.version));
+                    self.data.set_size(a.handle, size, true);
+                    self.data.kept_on_metadata(a.handle);
+                    return Ok(attr);
+                }
+                Err(FsError::Remote {
+                    code: ErrorCode::Refused,
+                    ..
+                }) => self.data.refused_on_metadata(a.handle),
+                Err(e) => return Err(e),
+                Ok(other) => return Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+            }
+        }
         match Self::cas_of(st) {
             Some((p, chunk)) => self.cas_truncate(a, p, chunk, size).await?,
             None => self.data.truncate(a.handle, size).await?,

@@ -716,6 +716,16 @@ pub enum Request {
     Materialize {
         handle: Handle,
     },
+    /// Sets the size of a file living on the metadata server alone to
+    /// `size` (at most [`SMALL_COPY_MAX`]) there, cutting or zero-filling
+    /// its copy, without writing it out: a truncate (an `O_TRUNC` open) of
+    /// a small file costs one request. Answered `Attr`, or refused with
+    /// [`ErrorCode::Refused`] for a file that does not live there (the
+    /// node then cuts its parts at the data servers and sends `SetAttr`).
+    TruncateInline {
+        handle: Handle,
+        size: u64,
+    },
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -1144,6 +1154,7 @@ impl Request {
                 // As `WrittenSmall`; refused if the first made it a change.
                 | WrittenInline { .. }
                 | Materialize { .. }
+                | TruncateInline { .. }
                 | Callbacks { .. }
                 | CalledBack { .. }
                 | Heartbeat { .. }

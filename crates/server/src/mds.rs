@@ -1121,6 +1121,42 @@ impl Mds {
         })
     }
 
+    /// A truncate of a file living here alone (`TruncateInline`) to at
+    /// most [`SMALL_COPY_MAX`] bytes: its copy is cut or zero-filled and it
+    /// stays here. Refused (`Refused`) for any other file.
+    fn truncate_inline(&self, handle: Handle, size: u64) -> R<Response> {
+        self.write(|tx| {
+            if size > SMALL_COPY_MAX || !tx.inline(handle)? {
+                return Err((
+                    ErrorCode::Refused,
+                    format!("handle {handle} does not live on the metadata server"),
+                ));
+            }
+            let mut i = tx.get(handle)?;
+            let mut content = match i.attr.size {
+                0 => Vec::new(),
+                _ => tx.small(&i)?.ok_or_else(|| {
+                    (
+                        ErrorCode::Io,
+                        format!("handle {handle} lives on the metadata server, but its copy there is not current"),
+                    )
+                })?,
+            };
+            content.resize(size as usize, 0);
+            let t = now();
+            if size != i.attr.size {
+                i.attr.size = size;
+                i.attr.mtime = t;
+            }
+            i.attr.ctime = t;
+            i.attr.version = tx.next_version(i.attr.version);
+            tx.appends_forgotten(handle)?;
+            tx.put(&i)?;
+            tx.set_small(handle, Some((i.attr.version, &content)))?;
+            Ok(Response::Attr(i.attr))
+        })
+    }
+
     /// An `O_APPEND` write of `len` bytes (`Request::Append`): its bytes
     /// are reserved after the file's end, after every append reserved and
     /// not yet covered by a size report, and after `at_least`. The size
@@ -2187,12 +2223,16 @@ impl MdsHandler {
                     return Ok(None);
                 }
                 let i = tx.get(handle)?;
-                let copy = tx.small(&i)?.ok_or_else(|| {
-                    (
-                        ErrorCode::Io,
-                        format!("handle {handle} lives on the metadata server, but its copy there is not current"),
-                    )
-                })?;
+                // Empty (cut to 0 here): nothing to write out.
+                let copy = match i.attr.size {
+                    0 => Vec::new(),
+                    _ => tx.small(&i)?.ok_or_else(|| {
+                        (
+                            ErrorCode::Io,
+                            format!("handle {handle} lives on the metadata server, but its copy there is not current"),
+                        )
+                    })?,
+                };
                 Ok(Some((i.attr.version, i.attr.layout, copy)))
             })?;
             let Some((version, layout, copy)) = held else {
@@ -2782,6 +2822,12 @@ impl MdsHandler {
                 })
                 .await
             }
+            Request::TruncateInline { handle, size } => {
+                self.leased_alone(from, None, &Touched::default(), once, |m| {
+                    m.truncate_inline(handle, size)
+                })
+                .await
+            }
             Request::Materialize { handle } => match self.materialize(handle).await {
                 Ok(()) => Response::Ok,
                 Err((code, msg)) => Response::error(code, msg),
@@ -3303,8 +3349,8 @@ mod tests {
     /// from empty at its first version or from living here already, at the
     /// base its writer names, under policies that allow it; then a report,
     /// a truncate or a policy that assumes its data servers hold it is
-    /// refused until it is written out, and the mark is kept across a
-    /// restart and goes with the file.
+    /// refused until it is written out (a small truncate is done here), and
+    /// the mark is kept across a restart and goes with the file.
     #[test]
     fn a_file_lives_here_only_from_empty_and_refuses_changes_that_assume_its_data_servers() {
         let cfg = config("inline");
@@ -3368,6 +3414,20 @@ mod tests {
         .unwrap();
         let (_, vc) = size_of(&m, c);
         assert!(refused(m.written_inline(c, 2, vc, b"xy")));
+        // Cut or zero-filled here, staying here; not past 8 KiB, and not
+        // for a file that does not live here.
+        let e = create(&m, "e");
+        let (_, ve) = size_of(&m, e);
+        m.written_inline(e, 4, ve, b"wxyz").unwrap();
+        m.truncate_inline(e, 2).unwrap();
+        assert_eq!(content_of(&m, "e"), Some(b"wx".to_vec()));
+        m.truncate_inline(e, 5).unwrap();
+        assert_eq!(content_of(&m, "e"), Some(b"wx\0\0\0".to_vec()));
+        m.truncate_inline(e, 0).unwrap();
+        assert!(lives(&m, e) && size_of(&m, e).0 == 0, "a file cut to nothing here");
+        assert!(refused(m.truncate_inline(e, SMALL_COPY_MAX + 1)));
+        assert!(refused(m.truncate_inline(b, 1)));
+        assert_eq!(size_of(&m, b).0, 2);
         // Kept across a restart; gone with the file.
         m.op(Request::Sync).unwrap();
         drop(m);
