@@ -2283,18 +2283,23 @@ impl MdsHandler {
                     ),
                 )
             })?;
-            let failed = |e: String| {
+            let failed = |code, e: String| {
                 (
-                    ErrorCode::Io,
+                    code,
                     format!("handle {handle}: writing it out to data server {id} ({addr}): {e}"),
                 )
             };
-            let c = self.8.to(id, addr).await.map_err(|e| failed(e.to_string()))?;
+            let c = self
+                .8
+                .to(id, addr)
+                .await
+                .map_err(|e| failed(ErrorCode::Io, e.to_string()))?;
             let req = Request::Write { handle, offset: at };
             match c.call(&req, &content[off as usize..end as usize]).await {
-                Ok((Response::Error(e), _)) => return Err(failed(e.message)),
+                // A full disk there is said as such (ENOSPC to the writer).
+                Ok((Response::Error(e), _)) => return Err(failed(e.code, e.message)),
                 Ok(_) => {}
-                Err(e) => return Err(failed(e.to_string())),
+                Err(e) => return Err(failed(ErrorCode::Io, e.to_string())),
             }
             off = end;
         }
