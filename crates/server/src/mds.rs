@@ -3281,6 +3281,16 @@ mod tests {
         }
     }
 
+    fn remove(m: &Mds, name: &str) {
+        m.op(Request::Unlink {
+            parent: ROOT,
+            name: name.as_bytes().to_vec(),
+            keep_open: false,
+            only: None,
+        })
+        .unwrap();
+    }
+
     fn create(m: &Mds, name: &str) -> Handle {
         match m.op(Request::Create {
             parent: ROOT,
@@ -3439,13 +3449,7 @@ mod tests {
         let m = Mds::open(&cfg).unwrap();
         assert!(lives(&m, a));
         assert_eq!(content_of(&m, "a"), Some(b"abcde".to_vec()));
-        m.op(Request::Unlink {
-            parent: ROOT,
-            name: b"a".to_vec(),
-            keep_open: false,
-            only: None,
-        })
-        .unwrap();
+        remove(&m, "a");
         assert!(!lives(&m, a), "the mark outlived its file");
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
@@ -3493,13 +3497,7 @@ mod tests {
         let (_, v) = size_of(&m, a);
         m.written(a, 3, Some((v, b"456"))).unwrap();
         assert_eq!(content_of(&m, "a"), Some(b"456".to_vec()));
-        m.op(Request::Unlink {
-            parent: ROOT,
-            name: b"a".to_vec(),
-            keep_open: false,
-            only: None,
-        })
-        .unwrap();
+        remove(&m, "a");
         let left = m.read(|tx| tx.tx.open_table(SMALL).map_err(db_err)?.len().map_err(db_err));
         assert_eq!(left.unwrap(), 0, "the copy outlived its file");
         drop(m);
