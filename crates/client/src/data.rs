@@ -20,6 +20,10 @@ use std::sync::{Arc, OnceLock};
 /// servers (`Request::Materialize`).
 pub type WriteOut = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
 
+/// Asks the metadata server for a small file's content, if it holds a
+/// current copy (`GetAttrPolicy`).
+pub type ContentOf = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = Result<Option<Bytes>>> + Send>> + Send + Sync>;
+
 /// A write's bytes: lent by the caller, or shared by reference count.
 #[derive(Clone, Copy)]
 enum Src<'a> {
@@ -55,6 +59,8 @@ pub struct DataPath {
     on_metadata: SyncMutex<HashMap<u64, Bytes>>,
     /// How a file that may live on the metadata server is written out.
     write_out: OnceLock<WriteOut>,
+    /// How a small file that may live on the metadata server is read there.
+    content_of: OnceLock<ContentOf>,
     block_size: u32,
 }
 
@@ -108,6 +114,7 @@ impl DataPath {
             fresh: SyncMutex::new(HashSet::new()),
             on_metadata: SyncMutex::new(HashMap::new()),
             write_out: OnceLock::new(),
+            content_of: OnceLock::new(),
             block_size,
         }
     }
@@ -137,8 +144,32 @@ impl DataPath {
 
     /// How files that may live on the metadata server are written out
     /// (set once, by the client that owns this data path).
-    pub fn set_write_out(&self, f: WriteOut) {
+    pub fn set_write_out(&self, f: WriteOut, g: ContentOf) {
         let _ = self.write_out.set(f);
+        let _ = self.content_of.set(g);
+    }
+
+    /// Whether the file may live on the metadata server alone and is small
+    /// as this node knows it (see [`DataPath::written_out`]).
+    fn maybe_on_metadata(&self, handle: u64) -> bool {
+        self.placements
+            .lock()
+            .get(&handle)
+            .is_some_and(|k| k.may_live && k.size <= SMALL_COPY_MAX && !(k.size == 0 && self.untouched(handle)))
+    }
+
+    /// Before this node reads a small file's parts at its data servers: a
+    /// file that may live on the metadata server is read there instead, if
+    /// it holds a current copy (a read writes nothing out, so it works on a
+    /// full disk too: found with one). `None`: read the data servers.
+    async fn content_on_metadata(&self, handle: u64) -> Result<Option<Bytes>> {
+        if !self.maybe_on_metadata(handle) {
+            return Ok(None);
+        }
+        match self.content_of.get() {
+            Some(f) => f(handle).await,
+            None => Ok(None),
+        }
     }
 
     /// Before this node reads or changes a file's parts at its data
@@ -149,12 +180,7 @@ impl DataPath {
     /// node could have left it there, and the metadata server then refuses
     /// this node's report (the close says so) rather than lose either.
     async fn written_out(&self, handle: u64) -> Result<()> {
-        let due = self
-            .placements
-            .lock()
-            .get(&handle)
-            .is_some_and(|k| k.may_live && k.size <= SMALL_COPY_MAX && !(k.size == 0 && self.untouched(handle)));
-        if !due {
+        if !self.maybe_on_metadata(handle) {
             return Ok(());
         }
         if let Some(f) = self.write_out.get() {
@@ -433,7 +459,13 @@ impl DataPath {
         if len == 0 {
             return Ok(Vec::new());
         }
-        self.written_out(handle).await?;
+        if let Some(c) = self.content_on_metadata(handle).await? {
+            let mut out = vec![0u8; len as usize];
+            let from = (offset as usize).min(c.len());
+            let n = (c.len() - from).min(out.len());
+            out[..n].copy_from_slice(&c[from..from + n]);
+            return Ok(out);
+        }
         let k = self.known(handle)?;
         let p = &k.placement;
         let chunks: Vec<_> = p.layout.chunks(offset, len).collect();
@@ -472,7 +504,11 @@ impl DataPath {
     /// answer itself, not copied into a new buffer, and shorter than `len`
     /// where the server's part ends (the rest reads as zeros).
     pub async fn read_piece(&self, handle: u64, offset: u64, len: u64) -> Result<Bytes> {
-        self.written_out(handle).await?;
+        if let Some(c) = self.content_on_metadata(handle).await? {
+            let from = (offset as usize).min(c.len());
+            let to = offset.saturating_add(len).min(c.len() as u64) as usize;
+            return Ok(c.slice(from..to.max(from)));
+        }
         let k = self.known(handle)?;
         let mut chunks = k.placement.layout.chunks(offset, len);
         match (chunks.next(), chunks.next()) {

@@ -245,17 +245,29 @@ impl Fs {
         }));
         // A file living on the metadata server is written out there before
         // this node touches its parts at the data servers.
-        let me = Arc::downgrade(&fs);
-        fs.data.set_write_out(Arc::new(move |handle| {
-            let me = me.clone();
-            Box::pin(async move {
-                let Some(fs) = me.upgrade() else {
-                    return Err(FsError::Protocol("the client was closed".into()));
-                };
-                let what = fs.what(handle);
-                fs.md(&what, Request::Materialize { handle }).await.map(|_| ())
-            })
-        }));
+        let (me, me2) = (Arc::downgrade(&fs), Arc::downgrade(&fs));
+        let closed = || FsError::Protocol("the client was closed".into());
+        fs.data.set_write_out(
+            Arc::new(move |handle| {
+                let me = me.clone();
+                Box::pin(async move {
+                    let fs = me.upgrade().ok_or_else(closed)?;
+                    let what = fs.what(handle);
+                    fs.md(&what, Request::Materialize { handle }).await.map(|_| ())
+                })
+            }),
+            Arc::new(move |handle| {
+                let me = me2.clone();
+                Box::pin(async move {
+                    let fs = me.upgrade().ok_or_else(closed)?;
+                    let what = fs.what(handle);
+                    match fs.md(&what, Request::GetAttrPolicy { handle }).await? {
+                        Response::AttrPolicies { content, .. } => Ok(content.map(bytes::Bytes::from)),
+                        other => Err(FsError::Protocol(format!("{what}: unexpected reply {other:?}"))),
+                    }
+                })
+            }),
+        );
         // What a previous run acknowledged from the log reaches the data
         // servers before this node serves anything.
         fs.deliver(undelivered).await?;
