@@ -81,9 +81,10 @@ struct Known {
     /// under it: which parts a growth of the file leaves short.
     written: Vec<u64>,
     /// The file may live on the metadata server alone (its policies allow
-    /// it, and this node did not have it written out since): before this
-    /// node reads or changes its parts while it is small, the metadata
-    /// server writes it out ([`DataPath::written_out`]).
+    /// it, and this node did not have it written out since): while it is
+    /// small, this node reads it there ([`DataPath::content_on_metadata`])
+    /// and has it written out before it changes its parts
+    /// ([`DataPath::written_out`]).
     may_live: bool,
     /// The metadata server refused to keep the file from this node: its
     /// closes and truncates do not ask again (a file that does not live
@@ -172,13 +173,14 @@ impl DataPath {
         }
     }
 
-    /// Before this node reads or changes a file's parts at its data
-    /// servers: a file that may live on the metadata server alone, small
-    /// as this node knows it, is written out there first (once; a file
-    /// written out never lives there again). A file this node created and
-    /// sent nothing for yet is not asked about: only a report from another
-    /// node could have left it there, and the metadata server then refuses
-    /// this node's report (the close says so) rather than lose either.
+    /// Before this node changes a file's parts at its data servers (a
+    /// write, extension or truncate): a file that may live on the metadata
+    /// server alone, small as this node knows it, is written out there
+    /// first (once; a file written out never lives there again). A file
+    /// this node created and sent nothing for yet is not asked about: only
+    /// a report from another node could have left it there, and the
+    /// metadata server then refuses this node's close, whose push then has
+    /// it written out, or its report (an error) rather than lose either.
     async fn written_out(&self, handle: u64) -> Result<()> {
         if !self.maybe_on_metadata(handle) {
             return Ok(());
