@@ -2950,19 +2950,13 @@ fn small_files_live_on_the_metadata_server_until_a_node_changes_their_parts() {
     f.write_all(&[b'+'; 9000]).unwrap();
     drop(f);
     want[2].extend_from_slice(&[b'+'; 9000]);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(b.p("d/f3"))
-        .unwrap()
-        .set_len(70_000)
-        .unwrap();
+    let cut = |name: &str, len: u64| {
+        let f = std::fs::OpenOptions::new().write(true).open(b.p(name)).unwrap();
+        f.set_len(len).unwrap();
+    };
+    cut("d/f3", 70_000);
     want[3].resize(70_000, 0);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(b.p("d/f4"))
-        .unwrap()
-        .set_len(3)
-        .unwrap();
+    cut("d/f4", 3);
     want[4].truncate(3);
     // a writes one of its own again, whole: it stays on the metadata server.
     std::fs::write(a.p("d/f5"), b"again").unwrap();
