@@ -70,7 +70,12 @@ fn lru_interleaved_serves_blocks_from_their_homes_and_survives_a_dead_home() {
         .unwrap();
     let mut want = short.clone();
     want.resize(8 << 20, 0);
-    assert!(std::fs::read(b.p("f")).unwrap() == want, "b read stale blocks of f");
+    let got = std::fs::read(b.p("f")).unwrap();
+    assert!(
+        got == want,
+        "b read stale blocks of f: {}",
+        common::blocks_differing(&got, &want, &f)
+    );
 
     // kill -9 a home while c reads: c leaves it out and reads its blocks
     // from the data servers (what it held was written down at close).

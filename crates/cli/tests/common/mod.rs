@@ -245,6 +245,36 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Where `got` differs from `want`, by 64 KiB block: each differing
+/// block's index and what it holds instead (`old`'s bytes there, zeros,
+/// or something else), for a failed comparison's message.
+pub fn blocks_differing(got: &[u8], want: &[u8], old: &[u8]) -> String {
+    const B: usize = 64 << 10;
+    if got.len() != want.len() {
+        return format!("{} bytes, not {}", got.len(), want.len());
+    }
+    let what = |i: usize| {
+        let (s, e) = (i * B, ((i + 1) * B).min(got.len()));
+        if old.len() >= e && got[s..e] == old[s..e] {
+            "old"
+        } else if got[s..e].iter().all(|&b| b == 0) {
+            "zeros"
+        } else {
+            "other"
+        }
+    };
+    let bad: Vec<String> = (0..got.len().div_ceil(B))
+        .filter(|&i| got[i * B..((i + 1) * B).min(got.len())] != want[i * B..((i + 1) * B).min(want.len())])
+        .map(|i| format!("{i}:{}", what(i)))
+        .collect();
+    format!(
+        "{} of {} blocks differ: {}",
+        bad.len(),
+        got.len().div_ceil(B),
+        bad.join(" ")
+    )
+}
+
 /// Each entry of `parcache status`'s list `list` ("servers", "nodes"):
 /// its name and its counters.
 fn status_list(d: &str, list: &str) -> Vec<(String, serde_json::Value)> {
