@@ -2926,6 +2926,23 @@ fn small_files_live_on_the_metadata_server_until_a_node_changes_their_parts() {
         }
     };
     check(&b, &want, "read on b");
+    // Removed (on either node), they cost the data servers nothing: the
+    // unlink's answer says they held no part (small files' parts are
+    // removed in the background: a moment covers it).
+    for i in 0..6 {
+        std::fs::write(a.p(&format!("d/r{i}")), b"to go").unwrap();
+    }
+    let before = iod_requests(&d);
+    for i in 0..6 {
+        let m = if i % 2 == 0 { &a } else { &b };
+        std::fs::remove_file(m.p(&format!("d/r{i}"))).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = iod_requests(&d) - before;
+    assert!(
+        asked <= 4,
+        "removing 6 small files cost the data servers {asked} requests"
+    );
     // An `O_TRUNC` rewrite, and a cut to nothing: on the metadata server.
     let before = iod_requests(&d);
     std::fs::write(a.p("d/f6"), b"rewritten").unwrap();

@@ -704,11 +704,17 @@ impl Tx<'_> {
         dir.attr.nlink = (dir.attr.nlink as i64 + nlink_delta as i64).max(0) as u32;
         self.put(dir)
     }
-    /// Drops one link of `i`; returns the inode if it is gone (its data must go too).
+    /// Drops one link of `i`; returns the inode if it is gone (its data must
+    /// go too). A file that lived here alone is returned without a layout:
+    /// its data servers hold nothing of it, and the node removing it need
+    /// not ask them (issue 14).
     fn drop_link(&self, mut i: Inode) -> R<Option<Attr>> {
         i.attr.nlink = i.attr.nlink.saturating_sub(1);
         i.attr.ctime = now();
         if i.attr.nlink == 0 || i.attr.kind == FileKind::Dir {
+            if self.inline(i.attr.handle)? {
+                i.attr.layout = None;
+            }
             self.delete(i.attr.handle)?;
             i.attr.nlink = 0;
             Ok(Some(i.attr))
@@ -2241,20 +2247,47 @@ impl MdsHandler {
             let layout = layout.ok_or_else(|| (ErrorCode::Io, format!("handle {handle} has no layout")))?;
             self.write_out(handle, &layout, &copy).await?;
             let done = self.0.write(|tx| {
+                if tx.get(handle).is_err() {
+                    return Ok(None);
+                }
                 if tx.inline(handle)? && tx.get(handle)?.attr.version != version {
-                    return Ok(false);
+                    return Ok(Some(false));
                 }
                 tx.set_inline(handle, false)?;
-                Ok(true)
+                Ok(Some(true))
             })?;
-            if done {
-                return Ok(());
+            match done {
+                Some(true) => return Ok(()),
+                Some(false) => {}
+                None => {
+                    // Removed meanwhile, its removal told nothing lives on
+                    // the data servers: what was just written goes again.
+                    self.remove_parts(handle, &layout).await;
+                    return Err((ErrorCode::NotFound, format!("handle {handle} was removed")));
+                }
             }
         }
         Err((
             ErrorCode::Io,
             format!("handle {handle}: its content kept changing while it was written out to the data servers"),
         ))
+    }
+
+    /// Removes a file's parts from its data servers (a failure is logged:
+    /// `parcache gc` finds parts no file owns).
+    async fn remove_parts(&self, handle: Handle, layout: &Layout) {
+        for &id in &layout.servers {
+            let Some(addr) = self.0.iods.get(id as usize) else {
+                continue;
+            };
+            let r = match self.8.to(id, addr).await {
+                Ok(c) => c.call(&Request::Remove { handle }, &[]).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                tracing::warn!("handle {handle}: removing its part from data server {id} ({addr}): {e}");
+            }
+        }
     }
 
     /// Writes `content`, a file's bytes from offset 0, to the parts on its
@@ -3281,14 +3314,17 @@ mod tests {
         }
     }
 
-    fn remove(m: &Mds, name: &str) {
-        m.op(Request::Unlink {
+    /// Unlinks `name` in the root; the file if that was its last name.
+    fn remove(m: &Mds, name: &str) -> Option<Attr> {
+        match m.op(Request::Unlink {
             parent: ROOT,
             name: name.as_bytes().to_vec(),
             keep_open: false,
             only: None,
-        })
-        .unwrap();
+        }) {
+            Ok(Response::Unlinked { gone, .. }) => gone,
+            other => panic!("{other:?}"),
+        }
     }
 
     fn create(m: &Mds, name: &str) -> Handle {
@@ -3449,8 +3485,11 @@ mod tests {
         let m = Mds::open(&cfg).unwrap();
         assert!(lives(&m, a));
         assert_eq!(content_of(&m, "a"), Some(b"abcde".to_vec()));
-        remove(&m, "a");
+        // Its removal tells the node that the data servers hold nothing.
+        let gone = remove(&m, "a").expect("a's last name");
+        assert!(gone.layout.is_none(), "{gone:?}");
         assert!(!lives(&m, a), "the mark outlived its file");
+        assert!(remove(&m, "b").expect("b's last name").layout.is_some());
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
