@@ -47,6 +47,11 @@ pub(crate) struct FileState {
     /// metadata server (`sprite`) and has not closed there: what it tells
     /// a restarted server ([`Fs::reclaim`]).
     at_server: (u32, u32),
+    /// The counts of changes sent to the metadata server before and after
+    /// this node's last change of the file (its creation, a size report,
+    /// a truncate; see [`crate::peer::Peer::may_have_lost`]); `(0, 0)`
+    /// once an `fsync` found the server has it.
+    changed: (u64, u64),
 }
 
 fn view(a: &Attr) -> ServerView {
@@ -200,8 +205,58 @@ impl Fs {
             reporting: Arc::default(),
             orphan: false,
             at_server: (0, 0),
+            changed: (0, 0),
         };
         Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
+    }
+
+    /// This node's change of the file was answered; `before`: the count of
+    /// changes sent to the metadata server before it was sent.
+    pub(crate) fn changed_here(&self, handle: u64, before: u64) {
+        let after = self.mds.change_count();
+        if let Some(st) = self.files.lock().get_mut(&handle) {
+            st.changed = (before, after);
+        }
+    }
+
+    /// After an `fsync` made the file's changes durable: if the metadata
+    /// server may have lost this node's last change of it (the connection
+    /// was lost before a sync covered it: the server may have crashed and
+    /// restarted without it), checks that the server has the file at the
+    /// version that change made. A program's `fsync` that returns has its
+    /// file there: without this check, a file made and closed just before
+    /// a `kill -9` of the server was gone, and the `fsync` that followed
+    /// the restart returned success (nothing was left to report).
+    async fn check_not_lost(&self, handle: u64) -> Result<()> {
+        let Some((changed, known)) = self
+            .files
+            .lock()
+            .get(&handle)
+            .map(|s| (s.changed, s.file.known_version))
+        else {
+            return Ok(());
+        };
+        if !self.mds.may_have_lost(changed) {
+            return Ok(());
+        }
+        let now = self.getattr(handle).await?;
+        if now.version < known {
+            return Err(FsError::Remote {
+                path: self.what(handle),
+                code: ErrorCode::Io,
+                message: format!(
+                    "the metadata server has it at version {}, older than {known} this node saw: a crash of the server lost its last changes",
+                    now.version
+                ),
+            });
+        }
+        self.sync_metadata().await?;
+        if let Some(st) = self.files.lock().get_mut(&handle) {
+            if st.changed == changed {
+                st.changed = (0, 0);
+            }
+        }
+        Ok(())
     }
 
     /// Counts an open of the file registered at the metadata server
@@ -568,7 +623,10 @@ impl Fs {
     /// every descriptor, duplicates too): under `close-to-open` the file's
     /// dirty blocks go down and its size reaches the metadata server.
     pub async fn flush(&self, a: &Attr) -> Result<()> {
-        self.decide_and_run(a, |p, f, now| p.flush(f, now)).await
+        match self.decide_and_run(a, |p, f, now| p.flush(f, now)).await {
+            Err(e) => Err(self.lost_in_a_crash(e, a.handle).await),
+            ok => ok,
+        }
     }
 
     /// Runs what the file's plug-in decides (`decide`, given the time now),
@@ -743,6 +801,44 @@ impl Fs {
     /// durable logs (an `nv=on` file's: in the node's durable write cache
     /// or there) and its size and times are at the metadata server.
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
+        match self.fsync_as_told(a).await {
+            Err(e) => Err(self.lost_in_a_crash(e, a.handle).await),
+            ok => ok,
+        }
+    }
+
+    /// A close's or `fsync`'s report answered `NotFound`: the metadata
+    /// server has no such file, because a crash of it lost the file's
+    /// creation (made within the second before it, which the documented
+    /// model allows to lose). What was written is lost: `EIO` says so,
+    /// where `ENOENT` from a `close` would leave a program guessing; and
+    /// this node drops what it held of the file, so nothing is pushed or
+    /// reported for it again (an unmount's last push failed on it).
+    async fn lost_in_a_crash(&self, e: FsError, handle: u64) -> FsError {
+        let FsError::Remote {
+            path,
+            code: ErrorCode::NotFound,
+            message,
+        } = e
+        else {
+            return e;
+        };
+        tracing::warn!("{path}: the metadata server no longer has it ({message}): what was written to it is lost");
+        let pool = self.files.lock().get(&handle).map(|s| s.pool.clone());
+        if let Some(pool) = pool {
+            pool.discard_file(handle, 0).await;
+        }
+        self.with_file(handle, |_, f| f.write_back_failed());
+        FsError::Remote {
+            path,
+            code: ErrorCode::Io,
+            message: format!(
+                "the metadata server no longer has this file (handle {handle}; its creation was lost in a crash of the server, within the second before it): what was written to it is lost ({message})"
+            ),
+        }
+    }
+
+    async fn fsync_as_told(&self, a: &Attr) -> Result<()> {
         let st = self.state(a).await?;
         let _shared = st.gate.read().await;
         if let Some((p, _)) = Self::cas_of(&st) {
@@ -774,9 +870,11 @@ impl Fs {
                 }
             };
             let (data, size) = tokio::join!(data, size);
-            return data.and(size);
+            data.and(size)?;
+            return self.check_not_lost(a.handle).await;
         }
-        self.sync_metadata().await
+        self.sync_metadata().await?;
+        self.check_not_lost(a.handle).await
     }
 
     /// The metadata server showed a file's attributes (a `getattr`, or a
@@ -825,11 +923,15 @@ impl Fs {
             return Ok(false);
         };
         let what = self.what(handle);
+        let before = self.mds.change_count();
         let attr = match self
             .md_with(&what, Request::WrittenInline { handle, size, base }, &copy)
             .await
         {
-            Ok(Response::Attr(a)) => a,
+            Ok(Response::Attr(a)) => {
+                self.changed_here(handle, before);
+                a
+            }
             Err(FsError::Remote {
                 code: ErrorCode::Refused,
                 ..
@@ -886,6 +988,7 @@ impl Fs {
             }
             false => None,
         };
+        let before = self.mds.change_count();
         let attr = match self.small_copy(handle, size) {
             Some((base, copy)) => {
                 let req = Request::WrittenSmall { handle, size, base };
@@ -893,6 +996,7 @@ impl Fs {
             }
             None => self.md_attr(&what, made(Request::Written { handle, size })).await?,
         };
+        self.changed_here(handle, before);
         if let Some(mark) = mark {
             self.mds.synced_with_own(mark);
         }
@@ -1099,8 +1203,10 @@ impl Fs {
         st.pool.discard_file(a.handle, 0).await;
         if Self::cas_of(st).is_none() && self.data.may_cut_on_metadata(a.handle, size) {
             // A small file living on the metadata server is cut there alone.
+            let before = self.mds.change_count();
             match self.md(&what, Request::TruncateInline { handle: a.handle, size }).await {
                 Ok(Response::Attr(attr)) => {
+                    self.changed_here(a.handle, before);
                     self.with_file(a.handle, |_, f| f.truncated(size, attr.version));
                     self.data.set_size(a.handle, size, true);
                     self.data.kept_on_metadata(a.handle);
@@ -1122,7 +1228,9 @@ impl Fs {
             size: Some(size),
             ..SetAttr::default()
         };
+        let before = self.mds.change_count();
         let attr = self.md_attr(&what, Request::SetAttr { handle: a.handle, set }).await?;
+        self.changed_here(a.handle, before);
         self.with_file(a.handle, |_, f| f.truncated(size, attr.version));
         self.data.set_size(a.handle, size, true);
         Ok(attr)

@@ -43,7 +43,16 @@ pub struct Peer {
     /// 0: sent as they are), and the last sequence number given.
     once: AtomicU64,
     seq: AtomicU64,
+    /// Changes a lost connection may have lost, as windows of their counts
+    /// (after the last sync that covered changes before the loss, up to
+    /// the last one sent): a server that restarted after a crash kept only
+    /// what a sync made durable ([`Peer::may_have_lost`]).
+    unsure: parking_lot::Mutex<Vec<(u64, u64)>>,
 }
+
+/// Windows of changes a lost connection may have lost, kept apart at most
+/// (more are merged into one wider window: only more checks follow).
+const UNSURE_WINDOWS: usize = 16;
 
 /// What a sync about to be sent covers: every change this client sent
 /// before it (their count), if all were answered ([`Peer::sync_due`]).
@@ -80,6 +89,42 @@ impl Peer {
             synced: AtomicU64::new(0),
             once: AtomicU64::new(0),
             seq: AtomicU64::new(0),
+            unsure: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The count of changes sent so far: taken before and after a change
+    /// is made, the two bound it for [`Peer::may_have_lost`].
+    pub fn change_count(&self) -> u64 {
+        self.changes_sent.load(Ordering::SeqCst)
+    }
+
+    /// Whether a change sent while the count of changes went from `before`
+    /// to `after` may have been lost: a connection was lost after it was
+    /// sent and before a sync covered it (the server may have crashed
+    /// with it). A program's `fsync` then checks what the server has.
+    pub fn may_have_lost(&self, (before, after): (u64, u64)) -> bool {
+        self.unsure
+            .lock()
+            .iter()
+            .any(|&(from, upto)| before < upto && after > from)
+    }
+
+    /// A connection was found lost: the changes sent since the last sync
+    /// that covered its changes are unsure.
+    fn note_loss(&self) {
+        let (sent, synced) = (
+            self.changes_sent.load(Ordering::SeqCst),
+            self.synced.load(Ordering::SeqCst),
+        );
+        if sent <= synced {
+            return;
+        }
+        let mut u = self.unsure.lock();
+        u.push((synced, sent));
+        if u.len() > UNSURE_WINDOWS {
+            let wide = (u.iter().map(|w| w.0).min().unwrap_or(0), sent);
+            *u = vec![wide];
         }
     }
 
@@ -130,6 +175,7 @@ impl Peer {
             return Ok(c.clone());
         }
         if g.is_some() {
+            self.note_loss();
             if let Some(f) = self.on_lost.get().cloned() {
                 tokio::task::spawn_blocking(move || f());
             }
