@@ -3070,6 +3070,50 @@ fn a_close_or_fsync_of_a_file_a_crash_of_the_metadata_server_lost_says_eio() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A program that replaces a file by renaming a synced copy over it, then
+/// syncs the directory (the usual atomic replace), is told `EIO` by that
+/// directory `fsync` when a crash of the metadata server may have lost the
+/// rename (made within the second before it); when the `fsync` succeeds,
+/// the rename is there.
+#[test]
+fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_lost_says_eio() {
+    let (base, cluster) = up("lost-rename", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let d = cluster.0.to_str().unwrap().to_string();
+    std::fs::create_dir(a.p("d")).unwrap();
+    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    let listed = || -> Vec<String> {
+        let (ok, out, err) = parcache(&["ls", "--data", &d, "pc:/d"]);
+        assert!(ok, "{err}");
+        out.split_whitespace().map(String::from).collect()
+    };
+    let mut lost = 0;
+    for i in 0..3 {
+        let (tmp, fin) = (format!("t{i}"), format!("f{i}"));
+        let mut f = std::fs::File::create(a.p(&format!("d/{tmp}"))).unwrap();
+        f.write_all(b"new content").unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        std::fs::rename(a.p(&format!("d/{tmp}")), a.p(&format!("d/{fin}"))).unwrap();
+        crash_mds(&cluster.0);
+        let names = |n: &str| listed().iter().any(|w| w == n);
+        match std::fs::File::open(a.p("d")).unwrap().sync_all() {
+            Err(e) if e.raw_os_error() == Some(5) => lost += 1,
+            Ok(()) => assert!(
+                names(&fin) && !names(&tmp),
+                "try {i}: the fsync succeeded, the rename is not there"
+            ),
+            Err(e) => panic!("the directory fsync after a crash: {e}"),
+        }
+    }
+    assert!(lost > 0, "no try lost its rename");
+    // Once said, the next fsync of the directory succeeds.
+    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Unlinks answered before the metadata server has them reach it together:
 /// those answered while one is under way (the server stopped here) go in
 /// one more request, not one each, and each is done there (a client

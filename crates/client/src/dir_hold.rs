@@ -432,7 +432,10 @@ impl Fs {
                     .map(|(name, file)| (name.clone(), (*file != 0).then_some(*file)))
                     .collect(),
             };
-            let answers = match self.mds.call(&req, &[]).await {
+            let before = self.mds.change_count();
+            let sent = self.mds.call(&req, &[]).await;
+            self.names_changed(&req, before);
+            let answers = match sent {
                 Ok((Response::Each(each), _)) if each.len() == names.len() => each.into_iter().map(Ok).collect(),
                 Ok((other, _)) => vec![Err(format!("{other:?}")); names.len()],
                 Err(e) => vec![Err(format!("lost: {e}")); names.len()],

@@ -129,6 +129,10 @@ pub struct Fs {
     /// The path (or, through a mount, the name) each file was reached by,
     /// so errors name files rather than handles.
     names: Mutex<HashMap<u64, String>>,
+    /// The counts of changes sent to the metadata server before and after
+    /// this node's last change of each directory's names, while no sync is
+    /// known to cover it ([`Fs::fsync_dir`]).
+    dirs_changed: Mutex<HashMap<u64, (u64, u64)>>,
     /// The start of this node's clock (the plug-ins' `now`).
     epoch: std::time::Instant,
     /// H-cache and D-cache of content-addressed files.
@@ -228,6 +232,7 @@ impl Fs {
             kernel: std::sync::OnceLock::new(),
             removing: Arc::new(tokio::sync::Semaphore::new(REMOVING)),
             names: Mutex::new(HashMap::new()),
+            dirs_changed: Mutex::new(HashMap::new()),
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),
             tier: tier::Tier::default(),
@@ -352,8 +357,10 @@ impl Fs {
     /// had them are done there, so that its answer shows them.
     async fn md_with(&self, path: &str, req: Request, data: &[u8]) -> Result<Response> {
         self.holds.settled().await;
+        let before = self.mds.change_count();
         let got = self.mds.call(&req, data).await;
         self.holds.note(&req, got.as_ref().ok().map(|r| &r.0));
+        self.names_changed(&req, before);
         match got?.0 {
             Response::Error(e) => Err(FsError::Remote {
                 path: path.to_string(),
@@ -451,6 +458,49 @@ impl Fs {
         };
         self.md("sync", Request::Sync).await?;
         self.mds.synced(due);
+        // Directories whose changes this sync covered, and no lost
+        // connection may have lost, need no check at their `fsync`.
+        if let Some(covered) = due.covered() {
+            self.dirs_changed
+                .lock()
+                .retain(|_, &mut w| w.1 > covered || self.mds.may_have_lost(w));
+        }
+        Ok(())
+    }
+
+    /// Notes that `req`, sent when the count of changes was `before`,
+    /// changed names in directories ([`Request::dirs_changed`]).
+    fn names_changed(&self, req: &Request, before: u64) {
+        let dirs = req.dirs_changed();
+        if dirs[0].is_none() {
+            return;
+        }
+        let after = self.mds.change_count();
+        let mut changed = self.dirs_changed.lock();
+        for d in dirs.into_iter().flatten() {
+            changed.insert(d, (before, after));
+        }
+    }
+
+    /// An `fsync` of a directory: its changes, and every other change this
+    /// node made, durable at the metadata server. If a lost connection
+    /// may have lost this node's last change of the directory's names (a
+    /// crash of the server within the second after it: a rename, say,
+    /// whose program then syncs the directory), `EIO`: the server cannot
+    /// tell whether it has it, and success would promise it.
+    pub async fn fsync_dir(&self, dir: u64) -> Result<()> {
+        self.sync_metadata().await?;
+        let window = self.dirs_changed.lock().get(&dir).copied();
+        if let Some(w) = window {
+            if self.mds.may_have_lost(w) {
+                self.dirs_changed.lock().remove(&dir);
+                return Err(FsError::Remote {
+                    path: self.what(dir),
+                    code: ErrorCode::Io,
+                    message: "a change of its names made just before the connection to the metadata server was lost (a crash of the server?) may be lost".into(),
+                });
+            }
+        }
         Ok(())
     }
 

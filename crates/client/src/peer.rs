@@ -59,6 +59,13 @@ const UNSURE_WINDOWS: usize = 16;
 #[derive(Clone, Copy, Debug)]
 pub struct SyncDue(Option<u64>);
 
+impl SyncDue {
+    /// The count of changes a sync sent with it covers once answered.
+    pub fn covered(&self) -> Option<u64> {
+        self.0
+    }
+}
+
 /// Counts a request that may change what the server answers as done when
 /// it ends; one abandoned in flight is never counted done (the server may
 /// still apply it), so [`Peer::changes`] never shows a quiet peer again.
@@ -343,6 +350,33 @@ mod tests {
     use super::*;
     use parcache_proto::{serve, Handler};
     use tokio::sync::Semaphore;
+
+    /// A lost connection makes unsure exactly the changes sent after the
+    /// last sync that covered changes; a change the sync covered, or one
+    /// sent after the loss, is not.
+    #[test]
+    fn a_loss_makes_unsure_the_changes_no_sync_covered() {
+        let p = Peer::new("test".into(), "127.0.0.1:1".into(), Secret::from_bytes([1; 32]));
+        p.changes_sent.store(5, Ordering::SeqCst);
+        p.synced.store(3, Ordering::SeqCst);
+        p.note_loss();
+        assert!(!p.may_have_lost((2, 3)), "synced");
+        assert!(p.may_have_lost((3, 4)) && p.may_have_lost((4, 5)));
+        assert!(p.may_have_lost((2, 9)), "a window around the loss");
+        assert!(!p.may_have_lost((5, 6)), "sent after the loss");
+        // Nothing unsynced: a loss makes nothing unsure.
+        p.synced.store(9, Ordering::SeqCst);
+        p.changes_sent.store(9, Ordering::SeqCst);
+        p.note_loss();
+        assert!(!p.may_have_lost((6, 9)));
+        // Many losses merge into one window that covers them all.
+        for i in 0..40u64 {
+            p.changes_sent.store(10 + 2 * i + 1, Ordering::SeqCst);
+            p.synced.store(10 + 2 * i, Ordering::SeqCst);
+            p.note_loss();
+        }
+        assert!(p.may_have_lost((10, 11)) && p.may_have_lost((88, 89)));
+    }
 
     /// Answers every request at once, but a write only once `gate` lets it.
     struct Server {

@@ -1397,9 +1397,9 @@ impl Filesystem for Mount {
     }
 
     /// `fsyncdir`: the metadata server commits durably.
-    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
-        self.done(async move { fs.sync_metadata().await }, reply);
+        self.done(async move { fs.fsync_dir(ino).await }, reply);
     }
 
     /// No ioctls are served: answered ENOTTY at once, as a local file

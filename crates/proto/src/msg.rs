@@ -1100,6 +1100,25 @@ impl Request {
     /// or a sync (which makes durable what is there, and changes no
     /// answer). A client that sent only these since its last sync of a
     /// server has nothing there to sync.
+    /// The directories whose names the request changes (a create, link,
+    /// unlink or rename there): what an `fsync` of each must make durable.
+    pub fn dirs_changed(&self) -> [Option<Handle>; 2] {
+        use Request::*;
+        match self {
+            Create { parent, .. }
+            | Mkdir { parent, .. }
+            | Mknod { parent, .. }
+            | Symlink { parent, .. }
+            | Unlink { parent, .. }
+            | Unlinks { parent, .. }
+            | Rmdir { parent, .. } => [Some(*parent), None],
+            Link { new_parent, .. } => [Some(*new_parent), None],
+            Rename { parent, new_parent, .. } => [Some(*parent), (new_parent != parent).then_some(*new_parent)],
+            Durably { req } => req.dirs_changed(),
+            _ => [None, None],
+        }
+    }
+
     pub fn changes_nothing(&self) -> bool {
         use Request::*;
         if let Durably { .. } = self {
