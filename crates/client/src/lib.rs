@@ -480,6 +480,17 @@ impl Fs {
         for d in dirs.into_iter().flatten() {
             changed.insert(d, (before, after));
         }
+        // Many directories changed and none synced (an untar of a big
+        // tree): a sync in the background lets their notes go.
+        if changed.len() >= DIRS_NOTED && changed.len().is_multiple_of(DIRS_NOTED) {
+            if let Some(fs) = self.me.upgrade() {
+                tokio::spawn(async move {
+                    if let Err(e) = fs.sync_metadata().await {
+                        tracing::debug!("a sync to let directories' notes go: {e}");
+                    }
+                });
+            }
+        }
     }
 
     /// An `fsync` of a directory: its changes, and every other change this
@@ -522,6 +533,10 @@ impl Fs {
         v
     }
 }
+
+/// Directories with changes noted for their `fsync` ([`Fs::fsync_dir`]) at
+/// which (and at each multiple of it) a sync is sent to let the notes go.
+const DIRS_NOTED: usize = 4096;
 
 /// What `statfs` reports for the whole cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
