@@ -66,6 +66,17 @@ fn crash_mds(dir: &Path) {
     restart_killed_mds(dir, mds_pid);
 }
 
+/// A graceful stop of the cluster's metadata server (`SIGTERM`: its last
+/// durable commit covers every change it answered), then a restart.
+fn restart_mds_gracefully(dir: &Path) {
+    let mds_pid = *cluster_pids(dir).last().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &mds_pid.to_string()])
+        .status()
+        .unwrap();
+    restart_killed_mds(dir, mds_pid);
+}
+
 /// Unmounts both nodes as a user would, stops the cluster, removes it all.
 fn finish(base: PathBuf, cluster: Cluster, a: Mounted, b: Mounted) {
     a.unmount();
@@ -3074,7 +3085,7 @@ fn a_close_or_fsync_of_a_file_a_crash_of_the_metadata_server_lost_says_eio() {
 /// syncs the directory (the usual atomic replace), is told `EIO` by that
 /// directory `fsync` when a crash of the metadata server may have lost the
 /// rename (made within the second before it); when the `fsync` succeeds,
-/// the rename is there.
+/// the rename is there. After a graceful restart the `fsync` succeeds.
 #[test]
 fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_lost_says_eio() {
     let (base, cluster) = up("lost-rename", "2");
@@ -3109,6 +3120,19 @@ fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_
     assert!(lost > 0, "no try lost its rename");
     // Once said, the next fsync of the directory succeeds.
     std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    // A graceful restart loses nothing: the fsync after it succeeds, and
+    // the rename is there.
+    for i in 0..2 {
+        std::fs::write(a.p(&format!("d/g{i}")), b"x").unwrap();
+        std::fs::rename(a.p(&format!("d/g{i}")), a.p(&format!("d/h{i}"))).unwrap();
+        restart_mds_gracefully(&cluster.0);
+        std::fs::File::open(a.p("d"))
+            .unwrap()
+            .sync_all()
+            .expect("a directory's fsync after a graceful restart");
+        let names = listed();
+        assert!(names.iter().any(|n| *n == format!("h{i}")), "{names:?}");
+    }
     a.unmount();
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);

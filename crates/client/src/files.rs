@@ -236,7 +236,7 @@ impl Fs {
         else {
             return Ok(());
         };
-        if !self.mds.may_have_lost(changed) {
+        if self.settle_losses(changed).await {
             return Ok(());
         }
         let now = self.getattr(handle).await?;

@@ -44,7 +44,7 @@ pub use parcache_proto::{Attr, DirEntry, EntryPlus, ErrorCode, FileKind, SetAttr
 use parcache_proto::{Client, ConnError, Request, Response, Secret};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use thiserror::Error;
 
@@ -133,6 +133,9 @@ pub struct Fs {
     /// this node's last change of each directory's names, while no sync is
     /// known to cover it ([`Fs::fsync_dir`]).
     dirs_changed: Mutex<HashMap<u64, (u64, u64)>>,
+    /// The metadata server's incarnation as this node last learned it (0:
+    /// unknown; [`Fs::settle_losses`]).
+    mds_incarnation: AtomicU64,
     /// The start of this node's clock (the plug-ins' `now`).
     epoch: std::time::Instant,
     /// H-cache and D-cache of content-addressed files.
@@ -204,6 +207,10 @@ impl Fs {
             Response::Error(e) => return Err(FsError::Protocol(format!("{mds_addr}: {}", e.message))),
             other => return Err(FsError::Protocol(format!("unexpected reply to Servers: {other:?}"))),
         };
+        let incarnation = match mds.call(&Request::Incarnation, &[]).await?.0 {
+            Response::Incarnation { now, .. } => now,
+            _ => 0,
+        };
         let global_blocks = (cache.global_bytes / cache.block_size.max(1) as u64) as usize;
         let (nv, undelivered) = match &cache.nv {
             Some(cfg) => {
@@ -233,6 +240,7 @@ impl Fs {
             removing: Arc::new(tokio::sync::Semaphore::new(REMOVING)),
             names: Mutex::new(HashMap::new()),
             dirs_changed: Mutex::new(HashMap::new()),
+            mds_incarnation: AtomicU64::new(incarnation),
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),
             tier: tier::Tier::default(),
@@ -468,6 +476,36 @@ impl Fs {
         Ok(())
     }
 
+    /// Whether the changes counted in `window` are sure: no lost
+    /// connection may have lost them, or the metadata server says it lost
+    /// nothing since it was last asked. It did not if it is the
+    /// incarnation this node knew (the network dropped, the server stayed:
+    /// the sync before this made the changes durable), or the one after a
+    /// graceful stop of that incarnation (whose last commit covered every
+    /// change it had answered); after a crash, or more than one loss since
+    /// it was asked, they stay unsure. (Without this, a graceful restart of
+    /// the server had every node's next directory `fsync` fail.)
+    pub(crate) async fn settle_losses(&self, window: (u64, u64)) -> bool {
+        if !self.mds.may_have_lost(window) {
+            return true;
+        }
+        if !self.mds.unsettled() {
+            return false;
+        }
+        let known = self.mds_incarnation.load(Ordering::SeqCst);
+        let Ok(Response::Incarnation {
+            now,
+            after_graceful_stop_of,
+        }) = self.md("incarnation", Request::Incarnation).await
+        else {
+            return false;
+        };
+        self.mds_incarnation.store(now, Ordering::SeqCst);
+        let kept = known != 0 && (now == known || after_graceful_stop_of == Some(known));
+        self.mds.settle(kept);
+        !self.mds.may_have_lost(window)
+    }
+
     /// Notes that `req`, sent when the count of changes was `before`,
     /// changed names in directories ([`Request::dirs_changed`]).
     fn names_changed(&self, req: &Request, before: u64) {
@@ -503,7 +541,7 @@ impl Fs {
         self.sync_metadata().await?;
         let window = self.dirs_changed.lock().get(&dir).copied();
         if let Some(w) = window {
-            if self.mds.may_have_lost(w) {
+            if !self.settle_losses(w).await {
                 self.dirs_changed.lock().remove(&dir);
                 return Err(FsError::Remote {
                     path: self.what(dir),

@@ -47,12 +47,22 @@ pub struct Peer {
     /// (after the last sync that covered changes before the loss, up to
     /// the last one sent): a server that restarted after a crash kept only
     /// what a sync made durable ([`Peer::may_have_lost`]).
-    unsure: parking_lot::Mutex<Vec<(u64, u64)>>,
+    unsure: parking_lot::Mutex<Vec<Unsure>>,
 }
 
 /// Windows of changes a lost connection may have lost, kept apart at most
 /// (more are merged into one wider window: only more checks follow).
 const UNSURE_WINDOWS: usize = 16;
+
+/// Changes a lost connection may have lost: their counts after `from` up
+/// to `upto`; `settled`: the server was asked since whether it lost them
+/// ([`Peer::settle`]).
+#[derive(Clone, Copy, Debug)]
+struct Unsure {
+    from: u64,
+    upto: u64,
+    settled: bool,
+}
 
 /// What a sync about to be sent covers: every change this client sent
 /// before it (their count), if all were answered ([`Peer::sync_due`]).
@@ -111,10 +121,28 @@ impl Peer {
     /// sent and before a sync covered it (the server may have crashed
     /// with it). A program's `fsync` then checks what the server has.
     pub fn may_have_lost(&self, (before, after): (u64, u64)) -> bool {
-        self.unsure
-            .lock()
-            .iter()
-            .any(|&(from, upto)| before < upto && after > from)
+        self.unsure.lock().iter().any(|w| before < w.upto && after > w.from)
+    }
+
+    /// Whether a loss was noted since the server was last asked about
+    /// losses ([`Peer::settle`]).
+    pub fn unsettled(&self) -> bool {
+        self.unsure.lock().iter().any(|w| !w.settled)
+    }
+
+    /// The server was asked about the losses noted since it was last
+    /// asked ([`crate::Fs::settle_losses`]): if it says it lost nothing
+    /// since, and one loss was noted, that loss's changes are sure again
+    /// (after more than one, which incarnation lost what is not known:
+    /// they stay unsure).
+    pub fn settle(&self, lost_nothing: bool) {
+        let mut u = self.unsure.lock();
+        if lost_nothing && u.iter().filter(|w| !w.settled).count() == 1 {
+            u.retain(|w| w.settled);
+        }
+        for w in u.iter_mut() {
+            w.settled = true;
+        }
     }
 
     /// A connection was found lost: the changes sent since the last sync
@@ -128,10 +156,19 @@ impl Peer {
             return;
         }
         let mut u = self.unsure.lock();
-        u.push((synced, sent));
+        u.push(Unsure {
+            from: synced,
+            upto: sent,
+            settled: false,
+        });
         if u.len() > UNSURE_WINDOWS {
-            let wide = (u.iter().map(|w| w.0).min().unwrap_or(0), sent);
-            *u = vec![wide];
+            // Merged, never taken back.
+            let from = u.iter().map(|w| w.from).min().unwrap_or(0);
+            *u = vec![Unsure {
+                from,
+                upto: sent,
+                settled: true,
+            }];
         }
     }
 
@@ -353,7 +390,8 @@ mod tests {
 
     /// A lost connection makes unsure exactly the changes sent after the
     /// last sync that covered changes; a change the sync covered, or one
-    /// sent after the loss, is not.
+    /// sent after the loss, is not. The server saying it lost nothing
+    /// takes one loss back, never two.
     #[test]
     fn a_loss_makes_unsure_the_changes_no_sync_covered() {
         let p = Peer::new("test".into(), "127.0.0.1:1".into(), Secret::from_bytes([1; 32]));
@@ -376,6 +414,26 @@ mod tests {
             p.note_loss();
         }
         assert!(p.may_have_lost((10, 11)) && p.may_have_lost((88, 89)));
+        // A merged window is never taken back.
+        p.settle(true);
+        assert!(p.may_have_lost((10, 11)));
+        // The server says it lost nothing since it was last asked: one loss
+        // since is taken back; two are not.
+        p.changes_sent.store(200, Ordering::SeqCst);
+        p.synced.store(190, Ordering::SeqCst);
+        p.note_loss();
+        assert!(p.unsettled() && p.may_have_lost((195, 196)));
+        p.settle(true);
+        assert!(!p.unsettled() && !p.may_have_lost((195, 196)));
+        p.note_loss();
+        p.note_loss();
+        p.settle(true);
+        assert!(p.may_have_lost((195, 196)), "two losses since the server was asked");
+        // Asked after a crash: stays, and settled.
+        p.changes_sent.store(300, Ordering::SeqCst);
+        p.note_loss();
+        p.settle(false);
+        assert!(!p.unsettled() && p.may_have_lost((250, 251)));
     }
 
     /// Answers every request at once, but a write only once `gate` lets it.

@@ -266,6 +266,11 @@ pub enum Request {
         new_name: Name,
     },
     StatFs,
+    /// The metadata server's incarnation (moved on at each start), and
+    /// the one whose graceful stop came just before this start, if it
+    /// stopped so: a node that lost its connection learns whether the
+    /// server lost what it had not made durable (`Response::Incarnation`).
+    Incarnation,
     SetPolicy {
         handle: Handle,
         key: String,
@@ -870,6 +875,11 @@ pub enum Response {
         files: u64,
         block_size: u32,
     },
+    /// Answers `Request::Incarnation`.
+    Incarnation {
+        now: u64,
+        after_graceful_stop_of: Option<u64>,
+    },
     Stats(ServerStats),
     Servers(Vec<String>),
     Error(ErrorReply),
@@ -1087,6 +1097,7 @@ impl Request {
                 | ExplainPolicy { .. }
                 | ReadLink { .. }
                 | StatFs
+                | Incarnation
                 | Servers
                 | Callbacks { .. }
                 | CalledBack { .. }
@@ -1161,6 +1172,7 @@ impl Request {
                 | UnsetPolicy { .. }
                 | ReadLink { .. }
                 | StatFs
+                | Incarnation
                 | GetPolicy { .. }
                 | GetAttrPolicy { .. }
                 | WatchDir { .. }

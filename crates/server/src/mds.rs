@@ -137,6 +137,10 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 /// handle would show the lost file's bytes in its holes.
 const HANDLE_RESERVE: u64 = 4096;
 
+/// The meta table's key for the incarnation whose graceful stop made the
+/// last durable commit; removed at the next start.
+const GRACEFUL_STOP: &str = "graceful-stop";
+
 /// Incarnations are reserved this many at a time, durably, when the
 /// server starts (`incarnations` in the meta table: the first not
 /// reserved); the store opened again after a failed commit takes the next
@@ -349,6 +353,10 @@ struct Mds {
     incarnation: AtomicU64,
     /// The first incarnation not reserved durably ([`INCARNATION_RESERVE`]).
     incarnations: AtomicU64,
+    /// The incarnation whose graceful stop came just before this start (0:
+    /// it crashed, or none ran): it lost nothing it had answered
+    /// (`Request::Incarnation`).
+    graceful_before: AtomicU64,
     /// Set by the last durable commit before a graceful stop
     /// ([`Mds::sync_last`]): every request after it is refused
     /// (`ErrorCode::Stopping`, sent again by the client to the server
@@ -799,6 +807,7 @@ impl Mds {
             reserved: AtomicU64::new(reserved_handles(&cfg.data_dir)?),
             incarnation: AtomicU64::new(0),
             incarnations: AtomicU64::new(0),
+            graceful_before: AtomicU64::new(0),
             open: parking_lot::Mutex::new(None),
             changed: parking_lot::Mutex::new(Vec::new()),
             one_op: parking_lot::Mutex::new(()),
@@ -852,6 +861,10 @@ impl Mds {
                 .map(|v| v.value());
             let incarnation = first_free.unwrap_or(0).max(1);
             tx.set_meta("incarnations", Some(incarnation + INCARNATION_RESERVE))?;
+            // Read once: a crash of this incarnation is no graceful stop.
+            let graceful = tx.meta(GRACEFUL_STOP)?;
+            tx.set_meta(GRACEFUL_STOP, None)?;
+            mds.graceful_before.store(graceful.unwrap_or(0), Ordering::SeqCst);
             mds.incarnation.store(incarnation, Ordering::SeqCst);
             mds.incarnations
                 .store(incarnation + INCARNATION_RESERVE, Ordering::SeqCst);
@@ -1238,12 +1251,21 @@ impl Mds {
             self.stopped.store(true, Ordering::SeqCst);
         }
         let answered = !self.answers.lock().is_empty();
-        if self.unsynced.swap(false, Ordering::SeqCst) || answered {
-            let mut tx = match open.take() {
+        if self.unsynced.swap(false, Ordering::SeqCst) || answered || last {
+            let tx = match open.take() {
                 Some(tx) => tx,
-                None if answered => self.begin()?,
+                None if answered || last => self.begin()?,
                 None => return Ok(Response::Ok),
             };
+            let mut tx = tx;
+            if last {
+                // A restarted server tells the nodes this one lost nothing.
+                let inc = self.incarnation.load(Ordering::SeqCst);
+                tx.open_table(META)
+                    .map_err(db_err)?
+                    .insert(GRACEFUL_STOP, inc)
+                    .map_err(db_err)?;
+            }
             let answers = std::mem::take(&mut *self.answers.lock());
             if !answers.is_empty() {
                 let put = |tx: &redb::WriteTransaction| -> R<()> {
@@ -1648,6 +1670,10 @@ impl Mds {
                 new_parent,
                 new_name,
             } => self.write(|tx| self.rename(tx, parent, &name, new_parent, &new_name)),
+            Request::Incarnation => Ok(Response::Incarnation {
+                now: self.incarnation.load(Ordering::SeqCst),
+                after_graceful_stop_of: Some(self.graceful_before.load(Ordering::SeqCst)).filter(|&i| i != 0),
+            }),
             Request::StatFs => self.read(|tx| {
                 let rtx = tx.w();
                 let files = rtx.open_table(INODES).map_err(db_err)?.len().map_err(db_err)?;
@@ -3862,6 +3888,26 @@ mod tests {
         let m = Mds::open(&cfg).unwrap();
         assert_eq!(lookup(&m, "kept"), Some(kept));
         assert_eq!(lookup(&m, "late"), None);
+        // The restarted server says whose graceful stop came before it; a
+        // start after a crash (no last commit) says none.
+        let incarnation = |m: &Mds| match m.op(Request::Incarnation) {
+            Ok(Response::Incarnation {
+                now,
+                after_graceful_stop_of,
+            }) => (now, after_graceful_stop_of),
+            other => panic!("{other:?}"),
+        };
+        let (first, before) = incarnation(&m);
+        assert!(before.is_some_and(|b| b < first), "{before:?} then {first}");
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        let (second, before) = incarnation(&m);
+        assert!(second > first && before.is_none(), "after a crash: {before:?}");
+        m.sync_last().unwrap();
+        drop(m);
+        let m = Mds::open(&cfg).unwrap();
+        assert_eq!(incarnation(&m).1, Some(second));
+        drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }
 
