@@ -3138,6 +3138,68 @@ fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// The atomic replace through three `kill -9`s of the metadata server: a
+/// writer makes files as programs that must not lose them do (write a
+/// copy, `fsync` it, rename it into place, `fsync` the directory), and
+/// every one whose directory `fsync` succeeded is there, whole, after a
+/// remount; the ones under way at a crash may fail (`EIO`), never succeed
+/// and vanish.
+#[test]
+fn every_atomic_replace_acknowledged_survives_kills_of_the_metadata_server() {
+    let (base, cluster) = up("acked-replace", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    std::fs::create_dir(a.p("d")).unwrap();
+    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    let content = |i: u32| format!("file {i}\n").repeat(40).into_bytes();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (dir, stop) = (a.p("d"), stop.clone());
+        std::thread::spawn(move || {
+            let (mut acked, mut failed) = (Vec::new(), 0);
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let (tmp, fin) = (dir.join(format!(".t{i}")), dir.join(format!("f{i}")));
+                let done = (|| -> std::io::Result<()> {
+                    let mut f = std::fs::File::create(&tmp)?;
+                    f.write_all(&content(i))?;
+                    f.sync_all()?;
+                    drop(f);
+                    std::fs::rename(&tmp, &fin)?;
+                    std::fs::File::open(&dir)?.sync_all()
+                })();
+                match done {
+                    Ok(()) => acked.push(i),
+                    Err(e) if e.raw_os_error() == Some(5) => failed += 1,
+                    Err(e) => panic!("file {i}: {e}"),
+                }
+                i += 1;
+            }
+            (acked, failed)
+        })
+    };
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        crash_mds(&cluster.0);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (acked, failed) = writer.join().expect("the writer");
+    assert!(
+        acked.len() > 10,
+        "only {} files acknowledged ({failed} failed)",
+        acked.len()
+    );
+    a.unmount();
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    for &i in &acked {
+        let got = std::fs::read(a.p(&format!("d/f{i}"))).unwrap_or_else(|e| panic!("f{i}, acknowledged: {e}"));
+        assert!(got == content(i), "f{i}, acknowledged, holds other bytes");
+    }
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Unlinks answered before the metadata server has them reach it together:
 /// those answered while one is under way (the server stopped here) go in
 /// one more request, not one each, and each is done there (a client
