@@ -810,7 +810,9 @@ impl Fs {
     /// A close's or `fsync`'s report answered `NotFound`: the metadata
     /// server has no such file, because a crash of it lost the file's
     /// creation (made within the second before it, which the documented
-    /// model allows to lose). What was written is lost: `EIO` says so,
+    /// model allows to lose), or another node removed it while it was
+    /// open here (a node knows only its own opens). What was written is
+    /// lost: `EIO` says so,
     /// where `ENOENT` from a `close` would leave a program guessing; and
     /// this node drops what it held of the file, so nothing is pushed or
     /// reported for it again (an unmount's last push failed on it).
@@ -833,7 +835,7 @@ impl Fs {
             path,
             code: ErrorCode::Io,
             message: format!(
-                "the metadata server no longer has this file (handle {handle}; its creation was lost in a crash of the server, within the second before it): what was written to it is lost ({message})"
+                "the metadata server no longer has this file (handle {handle}: a crash of the server lost its creation, made within the second before it, or another node removed it): what was written to it is lost ({message})"
             ),
         }
     }
