@@ -248,11 +248,30 @@ impl Fs {
             nv,
             secret: secret.clone(),
         });
+        // While this node has changes no sync covered, a sync every few
+        // seconds: what a crash of the metadata server may have lost of
+        // them is then the last seconds' (`Peer::note_loss`), not every
+        // change since the node's last `fsync` (a directory changed an
+        // hour before a crash would fail its next `fsync` with `EIO`).
+        let me = Arc::downgrade(&fs);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SYNC_CHANGES_EVERY).await;
+                let Some(fs) = me.upgrade() else { return };
+                if fs.mds.sync_due().is_some() {
+                    if let Err(e) = fs.sync_metadata().await {
+                        tracing::debug!("a sync of this node's changes: {e}");
+                    }
+                }
+            }
+        });
         // A restarted metadata server is told what `sprite` kept in its
-        // predecessor's memory.
+        // predecessor's memory, and asked whether it lost anything.
         let me = Arc::downgrade(&fs);
         fs.mds.on_found(Arc::new(move || {
             if let Some(fs) = me.upgrade() {
+                let again = fs.clone();
+                tokio::spawn(async move { again.settle_now().await });
                 tokio::spawn(async move { fs.reclaim().await });
             }
         }));
@@ -489,21 +508,35 @@ impl Fs {
         if !self.mds.may_have_lost(window) {
             return true;
         }
-        if !self.mds.unsettled() {
-            return false;
+        if self.mds.unsettled() {
+            self.settle_now().await;
         }
+        !self.mds.may_have_lost(window)
+    }
+
+    /// Asks the metadata server whether it lost anything since this node
+    /// last asked ([`Fs::settle_losses`]); done at each reconnection, so
+    /// that each loss is judged against the incarnation before it (a crash
+    /// with nothing unsure, then a graceful restart: the second was judged
+    /// against the incarnation before the first, and said `EIO`).
+    async fn settle_now(&self) {
         let known = self.mds_incarnation.load(Ordering::SeqCst);
         let Ok(Response::Incarnation {
             now,
             after_graceful_stop_of,
         }) = self.md("incarnation", Request::Incarnation).await
         else {
-            return false;
+            return;
         };
-        self.mds_incarnation.store(now, Ordering::SeqCst);
         let kept = known != 0 && (now == known || after_graceful_stop_of == Some(known));
-        self.mds.settle(kept);
-        !self.mds.may_have_lost(window)
+        // Only the first to ask after a loss judges it.
+        if self
+            .mds_incarnation
+            .compare_exchange(known, now, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.mds.settle(kept);
+        }
     }
 
     /// Notes that `req`, sent when the count of changes was `before`,
@@ -571,6 +604,11 @@ impl Fs {
         v
     }
 }
+
+/// How often a node with changes no sync covered sends one (the
+/// metadata server's own syncer commits every second; this bounds what a
+/// node must take as unsure after a crash).
+const SYNC_CHANGES_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Directories with changes noted for their `fsync` ([`Fs::fsync_dir`]) at
 /// which (and at each multiple of it) a sync is sent to let the notes go.

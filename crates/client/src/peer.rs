@@ -6,6 +6,7 @@
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_proto::{Client, ConnError, ErrorCode, Payload, Request, Response, Secret};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,9 @@ pub struct Peer {
     /// the last one sent): a server that restarted after a crash kept only
     /// what a sync made durable ([`Peer::may_have_lost`]).
     unsure: parking_lot::Mutex<Vec<Unsure>>,
+    /// The changes sent and not yet ended, by their count: a sync covers
+    /// every change before the first of them ([`Peer::sync_mark`]).
+    in_flight: parking_lot::Mutex<BTreeSet<u64>>,
 }
 
 /// Windows of changes a lost connection may have lost, kept apart at most
@@ -78,13 +82,20 @@ impl SyncDue {
 
 /// Counts a request that may change what the server answers as done when
 /// it ends; one abandoned in flight is never counted done (the server may
-/// still apply it), so [`Peer::changes`] never shows a quiet peer again.
-struct ChangeDone<'a>(&'a AtomicU64, bool);
+/// still apply it), so [`Peer::changes`] never shows a quiet peer again,
+/// and it stays in flight ([`Peer::sync_mark`] covers only changes before it).
+struct ChangeDone<'a> {
+    done: &'a AtomicU64,
+    in_flight: &'a parking_lot::Mutex<BTreeSet<u64>>,
+    id: u64,
+    ended: bool,
+}
 
 impl Drop for ChangeDone<'_> {
     fn drop(&mut self) {
-        if self.1 {
-            self.0.fetch_add(1, Ordering::SeqCst);
+        if self.ended {
+            self.in_flight.lock().remove(&self.id);
+            self.done.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -107,6 +118,7 @@ impl Peer {
             once: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             unsure: parking_lot::Mutex::new(Vec::new()),
+            in_flight: parking_lot::Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -253,10 +265,20 @@ impl Peer {
         if req.changes_nothing() {
             return self.send(req, data).await;
         }
-        self.changes_sent.fetch_add(1, Ordering::SeqCst);
-        let mut done = ChangeDone(&self.changes_done, false);
+        let id = {
+            let mut f = self.in_flight.lock();
+            let id = self.changes_sent.fetch_add(1, Ordering::SeqCst) + 1;
+            f.insert(id);
+            id
+        };
+        let mut done = ChangeDone {
+            done: &self.changes_done,
+            in_flight: &self.in_flight,
+            id,
+            ended: false,
+        };
         let r = self.send(req, data).await;
-        done.1 = true;
+        done.ended = true;
         r
     }
 
@@ -282,12 +304,14 @@ impl Peer {
         Some(self.sync_mark())
     }
 
-    /// What a sync sent now would cover, due or not.
+    /// What a sync sent now would cover, due or not: every change before
+    /// the first one still in flight (which may reach the server after
+    /// the sync), all of them if none is. (Covering nothing while any was
+    /// in flight, a busy node's syncs never covered its changes.)
     pub fn sync_mark(&self) -> SyncDue {
-        let (sent, done) = self.changes();
-        // A change in flight may reach the server after the sync: the
-        // sync then covers nothing for certain.
-        SyncDue((sent == done).then_some(sent))
+        let f = self.in_flight.lock();
+        let sent = self.changes_sent.load(Ordering::SeqCst);
+        SyncDue(Some(f.first().map_or(sent, |&first| first - 1)))
     }
 
     /// A change made durably (done, then a sync, before its answer:
@@ -484,7 +508,11 @@ mod tests {
         p.synced(due);
         assert!(p.sync_due().is_none(), "the sync covered the change");
 
-        // A change in flight while the sync is sent.
+        // A change in flight while the sync is sent: the sync covers the
+        // change answered before it, not the one in flight.
+        gate.add_permits(1);
+        p.call(&write(), b"a").await.unwrap();
+        let answered = p.changes().0;
         let w = tokio::spawn({
             let p = p.clone();
             async move { p.call(&write(), b"y").await.unwrap() }
@@ -495,6 +523,11 @@ mod tests {
         let due = p.sync_due().expect("a change in flight");
         p.call(&Request::Sync, &[]).await.unwrap();
         p.synced(due);
+        assert_eq!(
+            p.synced.load(Ordering::SeqCst),
+            answered,
+            "the answered change is covered"
+        );
         gate.add_permits(1);
         w.await.unwrap();
         let due = p.sync_due().expect("the change in flight is not covered");
