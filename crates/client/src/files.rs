@@ -210,8 +210,9 @@ impl Fs {
         Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
     }
 
-    /// This node's change of the file was answered; `before`: the count of
-    /// changes sent to the metadata server before it was sent.
+    /// This node's change of the file was answered ([`Fs::md_with`] calls
+    /// it: [`Request::file_changed`], or a create's answer); `before`: the
+    /// count of changes sent to the metadata server before it was sent.
     pub(crate) fn changed_here(&self, handle: u64, before: u64) {
         let after = self.mds.change_count();
         if let Some(st) = self.files.lock().get_mut(&handle) {
@@ -624,7 +625,7 @@ impl Fs {
     /// dirty blocks go down and its size reaches the metadata server.
     pub async fn flush(&self, a: &Attr) -> Result<()> {
         match self.decide_and_run(a, |p, f, now| p.flush(f, now)).await {
-            Err(e) => Err(self.lost_in_a_crash(e, a.handle).await),
+            Err(e) => Err(self.gone_from_server(e, a.handle).await),
             ok => ok,
         }
     }
@@ -802,7 +803,7 @@ impl Fs {
     /// or there) and its size and times are at the metadata server.
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
         match self.fsync_as_told(a).await {
-            Err(e) => Err(self.lost_in_a_crash(e, a.handle).await),
+            Err(e) => Err(self.gone_from_server(e, a.handle).await),
             ok => ok,
         }
     }
@@ -812,11 +813,11 @@ impl Fs {
     /// creation (made within the second before it, which the documented
     /// model allows to lose), or another node removed it while it was
     /// open here (a node knows only its own opens). What was written is
-    /// lost: `EIO` says so,
-    /// where `ENOENT` from a `close` would leave a program guessing; and
-    /// this node drops what it held of the file, so nothing is pushed or
-    /// reported for it again (an unmount's last push failed on it).
-    async fn lost_in_a_crash(&self, e: FsError, handle: u64) -> FsError {
+    /// lost: `EIO` says so, where `ENOENT` from a `close` would leave a
+    /// program guessing; and this node drops what it held of the file, so
+    /// nothing is pushed or reported for it again (an unmount's last push
+    /// failed on it).
+    async fn gone_from_server(&self, e: FsError, handle: u64) -> FsError {
         let FsError::Remote {
             path,
             code: ErrorCode::NotFound,
@@ -925,15 +926,11 @@ impl Fs {
             return Ok(false);
         };
         let what = self.what(handle);
-        let before = self.mds.change_count();
         let attr = match self
             .md_with(&what, Request::WrittenInline { handle, size, base }, &copy)
             .await
         {
-            Ok(Response::Attr(a)) => {
-                self.changed_here(handle, before);
-                a
-            }
+            Ok(Response::Attr(a)) => a,
             Err(FsError::Remote {
                 code: ErrorCode::Refused,
                 ..
@@ -990,7 +987,6 @@ impl Fs {
             }
             false => None,
         };
-        let before = self.mds.change_count();
         let attr = match self.small_copy(handle, size) {
             Some((base, copy)) => {
                 let req = Request::WrittenSmall { handle, size, base };
@@ -998,7 +994,6 @@ impl Fs {
             }
             None => self.md_attr(&what, made(Request::Written { handle, size })).await?,
         };
-        self.changed_here(handle, before);
         if let Some(mark) = mark {
             self.mds.synced_with_own(mark);
         }
@@ -1205,10 +1200,8 @@ impl Fs {
         st.pool.discard_file(a.handle, 0).await;
         if Self::cas_of(st).is_none() && self.data.may_cut_on_metadata(a.handle, size) {
             // A small file living on the metadata server is cut there alone.
-            let before = self.mds.change_count();
             match self.md(&what, Request::TruncateInline { handle: a.handle, size }).await {
                 Ok(Response::Attr(attr)) => {
-                    self.changed_here(a.handle, before);
                     self.with_file(a.handle, |_, f| f.truncated(size, attr.version));
                     self.data.set_size(a.handle, size, true);
                     self.data.kept_on_metadata(a.handle);
@@ -1230,9 +1223,7 @@ impl Fs {
             size: Some(size),
             ..SetAttr::default()
         };
-        let before = self.mds.change_count();
         let attr = self.md_attr(&what, Request::SetAttr { handle: a.handle, set }).await?;
-        self.changed_here(a.handle, before);
         self.with_file(a.handle, |_, f| f.truncated(size, attr.version));
         self.data.set_size(a.handle, size, true);
         Ok(attr)

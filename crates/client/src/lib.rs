@@ -388,6 +388,19 @@ impl Fs {
         let got = self.mds.call(&req, data).await;
         self.holds.note(&req, got.as_ref().ok().map(|r| &r.0));
         self.names_changed(&req, before);
+        if let Ok((resp, _)) = &got {
+            let file = match resp {
+                Response::Error(_) => None,
+                // Made by this request, not found there.
+                Response::Created {
+                    attr, parent: Some(_), ..
+                } => Some(attr.handle),
+                _ => req.file_changed(),
+            };
+            if let Some(h) = file {
+                self.changed_here(h, before);
+            }
+        }
         match got?.0 {
             Response::Error(e) => Err(FsError::Remote {
                 path: path.to_string(),

@@ -160,7 +160,6 @@ impl Fs {
             exclusive,
         };
         let shown = show_name(name);
-        let before = self.mds.change_count();
         match self.md(&shown, req).await? {
             Response::Created { attr, policies, parent } => {
                 self.name(&attr, &shown);
@@ -168,7 +167,6 @@ impl Fs {
                 if parent.is_some() {
                     // Made by this request, not found there.
                     self.data.created(attr.handle);
-                    self.changed_here(attr.handle, before);
                 }
                 Ok((attr, parent))
             }

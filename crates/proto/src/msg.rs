@@ -1130,6 +1130,21 @@ impl Request {
         }
     }
 
+    /// The file whose content or size the request changes (a size
+    /// report, a truncate, a setattr); a create's file is in its answer.
+    pub fn file_changed(&self) -> Option<Handle> {
+        use Request::*;
+        match self {
+            Written { handle, .. }
+            | WrittenSmall { handle, .. }
+            | WrittenInline { handle, .. }
+            | TruncateInline { handle, .. }
+            | SetAttr { handle, .. } => Some(*handle),
+            Durably { req } => req.file_changed(),
+            _ => None,
+        }
+    }
+
     pub fn changes_nothing(&self) -> bool {
         use Request::*;
         if let Durably { .. } = self {
