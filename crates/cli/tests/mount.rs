@@ -58,20 +58,21 @@ fn restart_killed_mds(dir: &Path, mds_pid: u64) {
 
 /// `kill -9` of the cluster's metadata server, then a restart.
 fn crash_mds(dir: &Path) {
-    let mds_pid = *cluster_pids(dir).last().unwrap();
-    Command::new("kill")
-        .args(["-9", &mds_pid.to_string()])
-        .status()
-        .unwrap();
-    restart_killed_mds(dir, mds_pid);
+    signal_and_restart_mds(dir, "-9");
 }
 
 /// A graceful stop of the cluster's metadata server (`SIGTERM`: its last
 /// durable commit covers every change it answered), then a restart.
 fn restart_mds_gracefully(dir: &Path) {
+    signal_and_restart_mds(dir, "-TERM");
+}
+
+/// Sends the cluster's metadata server `signal` (as `kill` takes it) and
+/// starts it again once it is gone.
+fn signal_and_restart_mds(dir: &Path, signal: &str) {
     let mds_pid = *cluster_pids(dir).last().unwrap();
     Command::new("kill")
-        .args(["-TERM", &mds_pid.to_string()])
+        .args([signal, &mds_pid.to_string()])
         .status()
         .unwrap();
     restart_killed_mds(dir, mds_pid);
@@ -81,6 +82,23 @@ fn restart_mds_gracefully(dir: &Path) {
 fn finish(base: PathBuf, cluster: Cluster, a: Mounted, b: Mounted) {
     a.unmount();
     b.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A fresh cluster with one mount holding a directory `d` made durable
+/// (the crash tests' start: only what follows may be lost).
+fn one_node_with_synced_dir(tag: &str) -> (PathBuf, Cluster, Mounted) {
+    let (base, cluster) = up(tag, "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    std::fs::create_dir(a.p("d")).unwrap();
+    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    (base, cluster, a)
+}
+
+/// [`finish`] for one mount.
+fn finish_one(base: PathBuf, cluster: Cluster, a: Mounted) {
+    a.unmount();
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
 }
@@ -3027,10 +3045,7 @@ fn small_files_live_on_the_metadata_server_until_a_node_changes_their_parts() {
 /// hand, a Python loop's `close` raised `FileNotFoundError`).
 #[test]
 fn a_close_or_fsync_of_a_file_a_crash_of_the_metadata_server_lost_says_eio() {
-    let (base, cluster) = up("lost-create", "2");
-    let a = Mounted::new(&cluster.0, base.join("a"));
-    std::fs::create_dir(a.p("d")).unwrap();
-    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    let (base, cluster, a) = one_node_with_synced_dir("lost-create");
     // The close: a program that holds the file open across the crash.
     let close_after_crash = |path: PathBuf| -> String {
         let script = "import os, sys\n\
@@ -3076,9 +3091,7 @@ fn a_close_or_fsync_of_a_file_a_crash_of_the_metadata_server_lost_says_eio() {
         }
     }
     assert!(lost.0 > 0 && lost.1 > 0, "no try lost its file: {lost:?}");
-    a.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
+    finish_one(base, cluster, a);
 }
 
 /// A program that replaces a file by renaming a synced copy over it, then
@@ -3089,11 +3102,8 @@ fn a_close_or_fsync_of_a_file_a_crash_of_the_metadata_server_lost_says_eio() {
 /// after a crash that came seconds after the rename too.
 #[test]
 fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_lost_says_eio() {
-    let (base, cluster) = up("lost-rename", "2");
-    let a = Mounted::new(&cluster.0, base.join("a"));
+    let (base, cluster, a) = one_node_with_synced_dir("lost-rename");
     let d = cluster.0.to_str().unwrap().to_string();
-    std::fs::create_dir(a.p("d")).unwrap();
-    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
     let listed = || -> Vec<String> {
         let (ok, out, err) = parcache(&["ls", "--data", &d, "pc:/d"]);
         assert!(ok, "{err}");
@@ -3145,9 +3155,7 @@ fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_
         let names = listed();
         assert!(names.iter().any(|n| *n == format!("h{i}")), "{names:?}");
     }
-    a.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
+    finish_one(base, cluster, a);
 }
 
 /// The atomic replace through three `kill -9`s of the metadata server: a
@@ -3158,10 +3166,7 @@ fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_
 /// counts; any other error is listed), never succeed and vanish.
 #[test]
 fn every_atomic_replace_acknowledged_survives_kills_of_the_metadata_server() {
-    let (base, cluster) = up("acked-replace", "2");
-    let a = Mounted::new(&cluster.0, base.join("a"));
-    std::fs::create_dir(a.p("d")).unwrap();
-    std::fs::File::open(a.p("d")).unwrap().sync_all().unwrap();
+    let (base, cluster, a) = one_node_with_synced_dir("acked-replace");
     let content = |i: u32| format!("file {i}\n").repeat(40).into_bytes();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
@@ -3212,9 +3217,7 @@ fn every_atomic_replace_acknowledged_survives_kills_of_the_metadata_server() {
         let got = std::fs::read(a.p(&format!("d/f{i}"))).unwrap_or_else(|e| panic!("f{i}, acknowledged: {e}"));
         assert!(got == content(i), "f{i}, acknowledged, holds other bytes");
     }
-    a.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
+    finish_one(base, cluster, a);
 }
 
 /// Unlinks answered before the metadata server has them reach it together:
