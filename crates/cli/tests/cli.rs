@@ -14,6 +14,7 @@ mod discretionary;
 mod iod_crash;
 mod mount;
 mod nv;
+mod power_cut;
 mod replay;
 mod sim_cli;
 mod trust;

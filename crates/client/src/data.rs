@@ -14,7 +14,7 @@ use parking_lot::Mutex as SyncMutex;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// Has the metadata server write a file that lives there out to its data
 /// servers (`Request::Materialize`).
@@ -62,7 +62,24 @@ pub struct DataPath {
     /// How a small file that may live on the metadata server is read there.
     content_of: OnceLock<ContentOf>,
     block_size: u32,
+    /// For each file this node changed at data servers (writes, truncates,
+    /// extensions of its parts) since a sync covered it: per server, the
+    /// counts of that server's changes before and after them
+    /// ([`crate::peer::Peer::may_have_lost`]). A server whose machine
+    /// crashed may have lost them; the file's `fsync` then says `EIO`
+    /// ([`DataPath::check_kept`]).
+    unsynced: SyncMutex<HashMap<u64, Vec<Unsynced>>>,
+    me: Weak<DataPath>,
 }
+
+/// A data server, and the window of its change counts around a file's
+/// changes there that no sync has covered.
+type Unsynced = (u32, (u64, u64));
+
+/// Files noted in [`DataPath::unsynced`] past which a sync of every data
+/// server, in the background, lets the covered ones go (a copy of a big
+/// tree that never syncs).
+const UNSYNCED_NOTED: usize = 4096;
 
 /// Most files kept as [`DataPath::fresh`]: past it, a new file is not
 /// kept (its removal then asks its data servers, as any other).
@@ -93,7 +110,11 @@ struct Known {
 }
 
 impl DataPath {
-    pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32) -> Self {
+    pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32) -> Arc<Self> {
+        Arc::new_cyclic(|me| DataPath::made(addrs, secret, block_size, me.clone()))
+    }
+
+    fn made(addrs: Vec<String>, secret: Secret, block_size: u32, me: Weak<DataPath>) -> Self {
         let iods: Vec<Arc<Peer>> = addrs
             .into_iter()
             .enumerate()
@@ -117,6 +138,8 @@ impl DataPath {
             write_out: OnceLock::new(),
             content_of: OnceLock::new(),
             block_size,
+            unsynced: SyncMutex::new(HashMap::new()),
+            me,
         }
     }
 
@@ -293,7 +316,7 @@ impl DataPath {
             let short = want > k.placement.layout.server_bytes(old, pos as u32) && k.written[pos] < want;
             short.then_some(async move {
                 let req = Request::Extend { handle, len: want };
-                match self.call(s, &req, &[]).await? {
+                match self.noting(handle, s, self.call(s, &req, &[])).await? {
                     (Response::Ok, _) => Ok(()),
                     (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Extend: {other:?}"))),
@@ -427,7 +450,7 @@ impl DataPath {
                 }
             };
             let s = p.servers[pos];
-            Some(async move {
+            Some(self.noting(handle, s, async move {
                 if let (Ok(b), false, Some(q)) = (&buf, durable, self.batches.get(s as usize)) {
                     // Buffered and shared: with what else waits for it.
                     return q.write(handle, server_offset, b.clone()).await;
@@ -441,7 +464,7 @@ impl DataPath {
                     (Response::Error(e), _) => Err(server_error(&format!("handle {handle}"), s, e)),
                     (other, _) => Err(FsError::Protocol(format!("unexpected reply to Write: {other:?}"))),
                 }
-            })
+            }))
         });
         for r in join_all(calls).await {
             r?;
@@ -553,7 +576,8 @@ impl DataPath {
         let p = self.placement(handle)?;
         for (pos, &s) in p.servers.iter().enumerate() {
             let len = p.layout.server_bytes(size, pos as u32);
-            self.call(s, &Request::Truncate { handle, len }, &[]).await?;
+            self.noting(handle, s, self.call(s, &Request::Truncate { handle, len }, &[]))
+                .await?;
         }
         Ok(())
     }
@@ -604,11 +628,98 @@ impl DataPath {
         for r in join_all(calls).await {
             r?;
         }
+        if servers.len() >= self.iods.len() {
+            self.prune_unsynced();
+        }
         Ok(())
+    }
+
+    /// Runs `change`, of `handle`'s part at data server `s`, noting the
+    /// window of the server's change counts around it ([`DataPath::unsynced`]).
+    async fn noting<T>(&self, handle: u64, s: u32, change: impl Future<Output = Result<T>>) -> Result<T> {
+        let Some(iod) = self.iods.get(s as usize) else {
+            return change.await;
+        };
+        let before = iod.change_count();
+        let r = change.await?;
+        let window = (before, iod.change_count());
+        let noted = {
+            let mut m = self.unsynced.lock();
+            let ws = m.entry(handle).or_default();
+            match ws.iter_mut().find(|(t, _)| *t == s) {
+                Some((_, w)) => *w = (w.0.min(window.0), w.1.max(window.1)),
+                None => ws.push((s, window)),
+            }
+            m.len()
+        };
+        if noted >= UNSYNCED_NOTED && noted.is_multiple_of(UNSYNCED_NOTED) {
+            if let Some(me) = self.me.upgrade() {
+                tokio::spawn(async move {
+                    let all: Vec<u32> = (0..me.iods.len() as u32).collect();
+                    if let Err(e) = me.sync_on(&all, "sync", false).await {
+                        tracing::debug!("a sync to let written files' notes go: {e}");
+                    }
+                });
+            }
+        }
+        Ok(r)
+    }
+
+    /// Lets go the notes of files whose changes a sync covered, at every
+    /// server, and no lost connection may have lost.
+    fn prune_unsynced(&self) {
+        self.unsynced.lock().retain(|_, ws| {
+            ws.iter().any(|&(s, w)| {
+                let iod = &self.iods[s as usize];
+                w.1 > iod.synced_count() || iod.may_have_lost(w)
+            })
+        });
+    }
+
+    /// After a sync of the file's data servers (its `fsync`): `EIO` if a
+    /// server may have lost a change this node made there since a sync
+    /// last covered it (the connection was lost, and the server came back
+    /// as an incarnation that lost what it acknowledged: its machine
+    /// crashed). Without this the `fsync`, whose sync reached only the
+    /// restarted server, said success for bytes it no longer had. Reported
+    /// once, as a local file system reports a lost write-back.
+    pub fn check_kept(&self, handle: u64, what: &str) -> Result<()> {
+        let mut lost = Vec::new();
+        {
+            let mut m = self.unsynced.lock();
+            let Some(ws) = m.get_mut(&handle) else {
+                return Ok(());
+            };
+            ws.retain(|&(s, w)| {
+                let iod = &self.iods[s as usize];
+                if iod.may_have_lost(w) {
+                    lost.push(s);
+                    return false;
+                }
+                // Changes made while the sync was under way stay noted.
+                w.1 > iod.synced_count()
+            });
+            if ws.is_empty() {
+                m.remove(&handle);
+            }
+        }
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let servers: Vec<String> = lost.iter().map(|s| s.to_string()).collect();
+        Err(FsError::Remote {
+            path: what.to_string(),
+            code: parcache_proto::ErrorCode::Io,
+            message: format!(
+                "data server {} restarted after a crash of its machine (the connection was lost, and it lost what it had acknowledged and not yet synced): bytes written to this file before it may be lost",
+                servers.join(", ")
+            ),
+        })
     }
 
     /// Removes a file's parts from the servers that hold them, all at once.
     pub async fn remove(&self, handle: u64, servers: &[u32]) -> Result<()> {
+        self.unsynced.lock().remove(&handle);
         let req = Request::Remove { handle };
         let calls = servers.iter().map(|&s| self.call(s, &req, &[]));
         for r in join_all(calls).await {

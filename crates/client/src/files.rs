@@ -237,7 +237,7 @@ impl Fs {
         else {
             return Ok(());
         };
-        if self.settle_losses(changed).await {
+        if self.settle_losses(changed) {
             return Ok(());
         }
         let now = self.getattr(handle).await?;
@@ -874,6 +874,7 @@ impl Fs {
             };
             let (data, size) = tokio::join!(data, size);
             data.and(size)?;
+            self.data.check_kept(a.handle, &self.what(a.handle))?;
             return self.check_not_lost(a.handle).await;
         }
         self.sync_metadata().await?;

@@ -44,7 +44,7 @@ pub use parcache_proto::{Attr, DirEntry, EntryPlus, ErrorCode, FileKind, SetAttr
 use parcache_proto::{Client, ConnError, Request, Response, Secret};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use thiserror::Error;
 
@@ -133,9 +133,6 @@ pub struct Fs {
     /// this node's last change of each directory's names, while no sync is
     /// known to cover it ([`Fs::fsync_dir`]).
     dirs_changed: Mutex<HashMap<u64, (u64, u64)>>,
-    /// The metadata server's incarnation as this node last learned it (0:
-    /// unknown; [`Fs::settle_losses`]).
-    mds_incarnation: AtomicU64,
     /// The start of this node's clock (the plug-ins' `now`).
     epoch: std::time::Instant,
     /// H-cache and D-cache of content-addressed files.
@@ -224,9 +221,10 @@ impl Fs {
             mds: Arc::new({
                 let p = Peer::connected("metadata server".into(), mds, secret.clone());
                 p.exactly_once();
+                p.knows_incarnation(incarnation);
                 p
             }),
-            data: Arc::new(DataPath::new(addrs, secret.clone(), cache.block_size)),
+            data: DataPath::new(addrs, secret.clone(), cache.block_size),
             cache,
             pools: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
@@ -240,7 +238,6 @@ impl Fs {
             removing: Arc::new(tokio::sync::Semaphore::new(REMOVING)),
             names: Mutex::new(HashMap::new()),
             dirs_changed: Mutex::new(HashMap::new()),
-            mds_incarnation: AtomicU64::new(incarnation),
             epoch: std::time::Instant::now(),
             cas: cas::Cas::default(),
             tier: tier::Tier::default(),
@@ -270,8 +267,6 @@ impl Fs {
         let me = Arc::downgrade(&fs);
         fs.mds.on_found(Arc::new(move || {
             if let Some(fs) = me.upgrade() {
-                let again = fs.clone();
-                tokio::spawn(async move { again.settle_now().await });
                 tokio::spawn(async move { fs.reclaim().await });
             }
         }));
@@ -509,47 +504,15 @@ impl Fs {
     }
 
     /// Whether the changes counted in `window` are sure: no lost
-    /// connection may have lost them, or the metadata server says it lost
-    /// nothing since it was last asked. It did not if it is the
-    /// incarnation this node knew (the network dropped, the server stayed:
-    /// the sync before this made the changes durable), or the one after a
-    /// graceful stop of that incarnation (whose last commit covered every
-    /// change it had answered); after a crash, or more than one loss since
-    /// it was asked, they stay unsure. (Without this, a graceful restart of
-    /// the server had every node's next directory `fsync` fail.)
-    pub(crate) async fn settle_losses(&self, window: (u64, u64)) -> bool {
-        if !self.mds.may_have_lost(window) {
-            return true;
-        }
-        if self.mds.unsettled() {
-            self.settle_now().await;
-        }
+    /// connection may have lost them, or the metadata server said at the
+    /// reconnection that it lost nothing ([`crate::peer::Peer`] asks its
+    /// incarnation at each connection: the same one, the network dropped
+    /// and the server stayed; the one after a graceful stop of it, whose
+    /// last commit covered every change it had answered). After a crash,
+    /// they stay unsure. (Without this, a graceful restart of the server
+    /// had every node's next directory `fsync` fail.)
+    pub(crate) fn settle_losses(&self, window: (u64, u64)) -> bool {
         !self.mds.may_have_lost(window)
-    }
-
-    /// Asks the metadata server whether it lost anything since this node
-    /// last asked ([`Fs::settle_losses`]); done at each reconnection, so
-    /// that each loss is judged against the incarnation before it (a crash
-    /// with nothing unsure, then a graceful restart: the second was judged
-    /// against the incarnation before the first, and said `EIO`).
-    async fn settle_now(&self) {
-        let known = self.mds_incarnation.load(Ordering::SeqCst);
-        let Ok(Response::Incarnation {
-            now,
-            after_graceful_stop_of,
-        }) = self.md("incarnation", Request::Incarnation).await
-        else {
-            return;
-        };
-        let kept = known != 0 && (now == known || after_graceful_stop_of == Some(known));
-        // Only the first to ask after a loss judges it.
-        if self
-            .mds_incarnation
-            .compare_exchange(known, now, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            self.mds.settle(kept);
-        }
     }
 
     /// Notes that `req`, sent when the count of changes was `before`,
@@ -587,7 +550,7 @@ impl Fs {
         self.sync_metadata().await?;
         let window = self.dirs_changed.lock().get(&dir).copied();
         if let Some(w) = window {
-            if !self.settle_losses(w).await {
+            if !self.settle_losses(w) {
                 self.dirs_changed.lock().remove(&dir);
                 return Err(FsError::Remote {
                     path: self.what(dir),

@@ -52,6 +52,9 @@ pub struct Peer {
     /// The changes sent and not yet ended, by their count: a sync covers
     /// every change before the first of them ([`Peer::sync_mark`]).
     in_flight: parking_lot::Mutex<BTreeSet<u64>>,
+    /// The server's incarnation as this client last learned it, asked at
+    /// each connection (0: not known; [`Peer::judge_loss`]).
+    incarnation: AtomicU64,
 }
 
 /// Windows of changes a lost connection may have lost, kept apart at most
@@ -119,7 +122,20 @@ impl Peer {
             seq: AtomicU64::new(0),
             unsure: parking_lot::Mutex::new(Vec::new()),
             in_flight: parking_lot::Mutex::new(BTreeSet::new()),
+            incarnation: AtomicU64::new(0),
         }
+    }
+
+    /// The server's incarnation learned on a connection made outside
+    /// ([`Peer::connected`]).
+    pub fn knows_incarnation(&self, now: u64) {
+        self.incarnation.store(now, Ordering::SeqCst);
+    }
+
+    /// The count of changes this client's syncs of the server cover: each
+    /// change counted up to it is durable there.
+    pub fn synced_count(&self) -> u64 {
+        self.synced.load(Ordering::SeqCst)
     }
 
     /// The count of changes sent so far: taken before and after a change
@@ -143,7 +159,7 @@ impl Peer {
     }
 
     /// The server was asked about the losses noted since it was last
-    /// asked ([`crate::Fs::settle_losses`]): if it says it lost nothing
+    /// asked ([`Peer::judge_loss`]): if it says it lost nothing
     /// since, and one loss was noted, that loss's changes are sure again
     /// (after more than one, which incarnation lost what is not known:
     /// they stay unsure).
@@ -241,6 +257,7 @@ impl Peer {
         }
         *g = None;
         let c = Client::connect(&self.addr, &self.secret).await?;
+        self.judge_loss(&c).await?;
         if self.lost.swap(false, Ordering::SeqCst) {
             tracing::info!("reconnected to the {} ({})", self.name, self.addr);
             if let Some(f) = self.on_found.get() {
@@ -249,6 +266,38 @@ impl Peer {
         }
         *g = Some(c.clone());
         Ok(c)
+    }
+
+    /// Asks a new connection's server its incarnation, before anything
+    /// else is sent on it, and judges the loss noted before it, if any
+    /// ([`Peer::settle`]): nothing was lost if it is the incarnation this
+    /// client knew (the network dropped, the server stayed) or the next
+    /// one, whose predecessor lost nothing it acknowledged (a graceful
+    /// stop; a data server's crash with the machine up). Judged here, at
+    /// each reconnection, each loss is weighed against the incarnation
+    /// just before it. A server that does not answer leaves it unsure.
+    async fn judge_loss(&self, c: &Client) -> std::result::Result<(), ConnError> {
+        let (resp, _) = c.call(&Request::Incarnation, &[]).await?;
+        let Response::Incarnation {
+            now,
+            after_graceful_stop_of,
+        } = resp
+        else {
+            return Ok(());
+        };
+        let known = self.incarnation.swap(now, Ordering::SeqCst);
+        if self.unsettled() {
+            let kept = known != 0 && (now == known || after_graceful_stop_of == Some(known));
+            if !kept {
+                tracing::warn!(
+                    "the {} ({}) restarted after a crash (incarnation {known} → {now}): what this node sent it since its last sync may be lost; fsyncs of what it touched say EIO",
+                    self.name,
+                    self.addr
+                );
+            }
+            self.settle(kept);
+        }
+        Ok(())
     }
 
     /// Sends a request, reconnecting (a bounded number of times) if the

@@ -266,10 +266,12 @@ pub enum Request {
         new_name: Name,
     },
     StatFs,
-    /// The metadata server's incarnation (moved on at each start), and
-    /// the one whose graceful stop came just before this start, if it
-    /// stopped so: a node that lost its connection learns whether the
-    /// server lost what it had not made durable (`Response::Incarnation`).
+    /// The server's incarnation (moved on at each start), and the one
+    /// before it if that lost nothing it acknowledged (the metadata
+    /// server: it stopped gracefully; a data server: that, or a crash of
+    /// its process alone, the machine staying up): a node that lost its
+    /// connection learns whether the server lost what it had not made
+    /// durable (`Response::Incarnation`). Asked at each connection.
     Incarnation,
     SetPolicy {
         handle: Handle,

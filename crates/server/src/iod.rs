@@ -26,6 +26,7 @@
 //! `DIR/identity` (see [`ServerIdentity`]).
 
 use crate::direct::DirectWrites;
+use crate::incarnation::Incarnation;
 use crate::read_queue::ReadQueue;
 use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
@@ -183,6 +184,8 @@ struct Iod {
     /// The disk's free bytes as last asked, when, and the log's size then
     /// (see [`Iod::low_on_space`]).
     free: Mutex<Option<FreeSpace>>,
+    /// This start, and whether the one before lost nothing it acknowledged.
+    incarnation: Incarnation,
 }
 
 /// What a data server knows of a part's length.
@@ -878,6 +881,10 @@ impl Handler for IodHandler {
                     Err(e) => Response::error(ErrorCode::Io, format!("removing chunks: {e}")),
                 }
             }
+            Request::Incarnation => Response::Incarnation {
+                now: iod.incarnation.now,
+                after_graceful_stop_of: iod.incarnation.kept_all_of,
+            },
             Request::DropCaches => match iod.cache.flush_all().await {
                 Ok(()) => {
                     let n = iod.cache.drop_clean();
@@ -931,6 +938,12 @@ impl Handler for IodHandler {
 pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let lock = crate::lock_dir(&cfg.data_dir, "data server")?;
     let identity = read_identity(&cfg.data_dir)?;
+    let incarnation = crate::incarnation::begin(&cfg.data_dir, &crate::incarnation::boot_id())?;
+    if incarnation.kept_all_of.is_none() && incarnation.now > 1 {
+        tracing::warn!(
+            "the last start of this data server ended in a crash of the machine (no graceful stop, another boot): writes it acknowledged and no sync covered may be lost; nodes' fsyncs of such files say EIO"
+        );
+    }
     let store = Arc::new(BlockStore::open(&cfg.data_dir)?);
     store.set_direct_reads(!cfg.page_cache_reads);
     let (wal, replay) = Wal::open(FileMedia::open(&cfg.data_dir.join("log"))?)?;
@@ -978,6 +991,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         identity: Mutex::new(identity),
         part_len: Mutex::new(HashMap::new()),
         free: Mutex::new(None),
+        incarnation,
     });
     if !replay.entries.is_empty() {
         // Into the write cache (the bytes stay in the log until the next
@@ -997,6 +1011,9 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let served = Box::pin(async move {
         serving.await;
         let r = iod.checkpoint().await;
+        // Everything acknowledged is durable: a restart, even after a
+        // reboot, lost nothing.
+        let r = r.and_then(|()| crate::incarnation::stopped_gracefully(&iod.data_dir, iod.incarnation.now));
         drop(lock);
         r
     });

@@ -2,6 +2,7 @@
 //! stores: the metadata server ([`mds`]) and the data server ([`iod`]).
 
 pub mod direct;
+pub mod incarnation;
 pub mod iod;
 pub mod mds;
 mod once;
