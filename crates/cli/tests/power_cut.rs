@@ -66,7 +66,7 @@ impl Disk {
         ]);
         sh(&["kill", "-9", &pid.to_string()]);
         gone(pid);
-        sh(&["umount", self.at.to_str().unwrap()]);
+        self.unmount();
         std::fs::rename(&snap, &self.img).unwrap();
         sh(&[
             "mount",
@@ -78,6 +78,54 @@ impl Disk {
     }
 }
 
+impl Disk {
+    /// Unmounts the disk as a user would: trying again for a few seconds
+    /// while it is busy, then detaching it (`umount -l`), after naming
+    /// what still held it.
+    fn unmount(&self) {
+        let t = Instant::now();
+        loop {
+            let o = Command::new("umount").arg(&self.at).output().unwrap();
+            if o.status.success() {
+                return;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                eprintln!(
+                    "umount {}: {}; held by: {:?}; detaching it",
+                    self.at.display(),
+                    String::from_utf8_lossy(&o.stderr).trim(),
+                    holders(&self.at)
+                );
+                let s = Command::new("umount").arg("-l").arg(&self.at).status().unwrap();
+                assert!(s.success(), "umount -l {}: {s}", self.at.display());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The processes with a file or their directory under `at` (what keeps a
+/// file system busy), as `pid command`.
+fn holders(at: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().to_string();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let under = |l: std::io::Result<PathBuf>| l.is_ok_and(|l| l.starts_with(at));
+        let fds = std::fs::read_dir(e.path().join("fd")).into_iter().flatten().flatten();
+        let holds = under(std::fs::read_link(e.path().join("cwd")))
+            || fds.into_iter().any(|fd| under(std::fs::read_link(fd.path())));
+        if holds {
+            let cmd = std::fs::read_to_string(e.path().join("cmdline")).unwrap_or_default();
+            found.push(format!("{pid} {}", cmd.replace('\0', " ").trim()));
+        }
+    }
+    found
+}
+
 impl Drop for Disk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.at).status();
@@ -86,12 +134,15 @@ impl Drop for Disk {
     }
 }
 
-/// Waits until process `pid` is gone (or a zombie).
+/// Waits until process `pid` is gone (or a zombie whose every thread has
+/// ended: a leader shows `Z` while its other threads still exit, holding
+/// the process's files).
 fn gone(pid: u32) {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+        if stat.is_empty() || (stat.contains(") Z ") && threads <= 1) {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));

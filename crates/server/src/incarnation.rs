@@ -13,15 +13,20 @@
 //! of promising bytes the server no longer has (as NFS's write verifier
 //! tells a client to send its uncommitted writes again).
 
-use std::io::{self, Write};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// The file holding the incarnation and the boot it started in.
+/// The file holding the incarnation, the boot it started in, and whether
+/// it stopped gracefully: one fixed-width line, rewritten in place (no
+/// new file, so a restart on a full disk can record itself; a torn
+/// rewrite reads as damaged, which only counts as a crash of the machine).
 const FILE: &str = "incarnation";
-/// The file naming the incarnation whose graceful stop came last.
-const GRACEFUL: &str = "graceful-stop";
 /// Where the kernel names the running boot.
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+/// The record's width: a number, a boot id (36 characters from the
+/// kernel) and the flag fit; a longer boot id makes the line longer.
+const WIDTH: usize = 80;
 
 /// What a start of a data server knows of itself and of the one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,58 +54,82 @@ pub fn boot_id() -> String {
 
 /// Starts a new incarnation in `dir` (made durable before the server
 /// answers anyone), judging the one before it by `boot` (see
-/// [`boot_id`]) and its graceful-stop record, which is removed.
+/// [`boot_id`]) and whether it recorded a graceful stop.
 pub fn begin(dir: &Path, boot: &str) -> io::Result<Incarnation> {
     let before = read(dir);
-    let graceful = std::fs::read_to_string(dir.join(GRACEFUL))
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    let now = before.as_ref().map_or(1, |(n, _)| n + 1);
+    let now = before.as_ref().map_or(1, |r| r.now + 1);
     let kept_all_of = before
-        .filter(|(n, b)| graceful == Some(*n) || (!boot.is_empty() && b == boot))
-        .map(|(n, _)| n);
-    write_durably(dir, FILE, &format!("{now} {boot}"))?;
-    match std::fs::remove_file(dir.join(GRACEFUL)) {
-        Ok(()) => std::fs::File::open(dir)?.sync_all()?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+        .filter(|r| r.graceful || (!boot.is_empty() && r.boot == boot))
+        .map(|r| r.now);
+    record(dir, now, boot, false)?;
     Ok(Incarnation { now, kept_all_of })
 }
 
-/// Records that incarnation `now` stopped gracefully: everything it
-/// acknowledged is durable (called after its last sync).
-pub fn stopped_gracefully(dir: &Path, now: u64) -> io::Result<()> {
-    write_durably(dir, GRACEFUL, &now.to_string())
+/// Records that incarnation `now`, started in `boot`, stopped gracefully:
+/// everything it acknowledged is durable (called after its last sync).
+pub fn stopped_gracefully(dir: &Path, now: u64, boot: &str) -> io::Result<()> {
+    record(dir, now, boot, true)
 }
 
-/// The incarnation recorded in `dir` and its boot; `None` if none is, or
-/// the record is damaged (logged: the one before then counts as lost).
-fn read(dir: &Path) -> Option<(u64, String)> {
+/// One incarnation as its directory recorded it.
+struct Record {
+    now: u64,
+    boot: String,
+    graceful: bool,
+}
+
+/// The incarnation recorded in `dir`; `None` if none is, or the record
+/// is damaged (logged: the one before then counts as lost).
+fn read(dir: &Path) -> Option<Record> {
     let p = dir.join(FILE);
     let s = std::fs::read_to_string(&p).ok()?;
-    let (n, boot) = s.trim_end().split_once(' ').unwrap_or((s.trim(), ""));
-    match n.parse() {
-        Ok(n) => Some((n, boot.to_string())),
-        Err(_) => {
-            tracing::warn!(
-                "{} is damaged ({s:?}): counting the last start as a crash of the machine",
-                p.display()
-            );
-            None
-        }
+    let mut w = s.split_whitespace();
+    let parsed = (|| {
+        let now = w.next()?.parse().ok()?;
+        let graceful = match w.next()? {
+            "stopped" => true,
+            "running" => false,
+            _ => return None,
+        };
+        Some(Record {
+            now,
+            graceful,
+            boot: w.next().unwrap_or("").to_string(),
+        })
+    })();
+    if parsed.is_none() {
+        tracing::warn!(
+            "{} is damaged ({s:?}): counting the last start as a crash of the machine",
+            p.display()
+        );
     }
+    parsed
 }
 
-/// Writes `dir/name` durably: a temporary file, synced, renamed over, and
-/// the directory synced.
-fn write_durably(dir: &Path, name: &str, line: &str) -> io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{line}")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
+/// Writes the record in place, padded to [`WIDTH`], and syncs it (the
+/// first start creates the file, and syncs the directory too).
+fn record(dir: &Path, now: u64, boot: &str, graceful: bool) -> io::Result<()> {
+    let p = dir.join(FILE);
+    let state = if graceful { "stopped" } else { "running" };
+    let line = format!("{now} {state} {boot}");
+    let line = format!("{line:<width$}\n", width = WIDTH - 1);
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("recording this start in {}: {e}", p.display()));
+    let created = !p.exists();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(named)?;
+    f.write_all_at(line.as_bytes(), 0).map_err(named)?;
+    if f.metadata().map_err(named)?.len() > line.len() as u64 {
+        f.set_len(line.len() as u64).map_err(named)?;
+    }
+    f.sync_all().map_err(named)?;
+    if created {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(named)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -141,7 +170,7 @@ mod tests {
         let third = begin(&d, "boot-b").unwrap();
         assert_eq!(third.kept_all_of, None);
         // A graceful stop, then a reboot.
-        stopped_gracefully(&d, third.now).unwrap();
+        stopped_gracefully(&d, third.now, "boot-b").unwrap();
         let fourth = begin(&d, "boot-c").unwrap();
         assert_eq!(
             fourth,
@@ -153,12 +182,32 @@ mod tests {
         // Its record was used up: a crash of the machine now loses again.
         let fifth = begin(&d, "boot-d").unwrap();
         assert_eq!(fifth.kept_all_of, None);
-        // A stale graceful record (of an older incarnation) does not count.
-        stopped_gracefully(&d, 2).unwrap();
-        assert_eq!(begin(&d, "boot-e").unwrap().kept_all_of, None);
         // Nor does a boot nobody could read.
         assert_eq!(begin(&d, "").unwrap().kept_all_of, None);
         assert_eq!(begin(&d, "").unwrap().kept_all_of, None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The record is one line rewritten in place, its width fixed unless a
+    /// boot id is too long for it (then it shrinks back after).
+    #[test]
+    fn the_record_is_rewritten_in_place() {
+        let d = dir("in-place");
+        let long = "b".repeat(200);
+        begin(&d, &long).unwrap();
+        assert!(std::fs::metadata(d.join(FILE)).unwrap().len() > WIDTH as u64);
+        assert_eq!(begin(&d, "short").unwrap().kept_all_of, None);
+        assert_eq!(std::fs::metadata(d.join(FILE)).unwrap().len(), WIDTH as u64);
+        let i = begin(&d, "short").unwrap();
+        assert_eq!(
+            i,
+            Incarnation {
+                now: 3,
+                kept_all_of: Some(2)
+            }
+        );
+        stopped_gracefully(&d, 3, "short").unwrap();
+        assert_eq!(std::fs::metadata(d.join(FILE)).unwrap().len(), WIDTH as u64);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -938,7 +938,8 @@ impl Handler for IodHandler {
 pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let lock = crate::lock_dir(&cfg.data_dir, "data server")?;
     let identity = read_identity(&cfg.data_dir)?;
-    let incarnation = crate::incarnation::begin(&cfg.data_dir, &crate::incarnation::boot_id())?;
+    let boot = crate::incarnation::boot_id();
+    let incarnation = crate::incarnation::begin(&cfg.data_dir, &boot)?;
     if incarnation.kept_all_of.is_none() && incarnation.now > 1 {
         tracing::warn!(
             "the last start of this data server ended in a crash of the machine (no graceful stop, another boot): writes it acknowledged and no sync covered may be lost; nodes' fsyncs of such files say EIO"
@@ -1013,7 +1014,11 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         let r = iod.checkpoint().await;
         // Everything acknowledged is durable: a restart, even after a
         // reboot, lost nothing.
-        let r = r.and_then(|()| crate::incarnation::stopped_gracefully(&iod.data_dir, iod.incarnation.now));
+        if r.is_ok() {
+            if let Err(e) = crate::incarnation::stopped_gracefully(&iod.data_dir, iod.incarnation.now, &boot) {
+                tracing::warn!("{e}: the next start counts this stop as a crash, unless in the same boot");
+            }
+        }
         drop(lock);
         r
     });
