@@ -52,6 +52,11 @@ pub(crate) struct FileState {
     /// a truncate; see [`crate::peer::Peer::may_have_lost`]); `(0, 0)`
     /// once an `fsync` found the server has it.
     changed: (u64, u64),
+    /// A write-back of the file failed (its dirty blocks were dropped) and
+    /// no `fsync` has reported it yet: why. A close of any descriptor
+    /// (a forked child's `exec` closes its copies, each a FUSE `FLUSH`)
+    /// may meet the failure first; the writer's `fsync` must still say so.
+    lost: Option<String>,
 }
 
 fn view(a: &Attr) -> ServerView {
@@ -206,6 +211,7 @@ impl Fs {
             orphan: false,
             at_server: (0, 0),
             changed: (0, 0),
+            lost: None,
         };
         Ok(self.files.lock().entry(a.handle).or_insert(st).clone())
     }
@@ -626,7 +632,30 @@ impl Fs {
     pub async fn flush(&self, a: &Attr) -> Result<()> {
         match self.decide_and_run(a, |p, f, now| p.flush(f, now)).await {
             Err(e) => Err(self.gone_from_server(e, a.handle).await),
-            ok => ok,
+            Ok(()) => self.lost_writes(a.handle, false),
+        }
+    }
+
+    /// `EIO` if a write-back of the file failed since an `fsync` last
+    /// reported one (`take`: this is an `fsync`, which reports it once; a
+    /// close reports it and leaves it for the `fsync`). Without this, a
+    /// write-back that failed under a forked child's close of its copy of
+    /// the descriptor (whose `FLUSH` got the `EIO`) left the writer's
+    /// `fsync` with nothing dirty, and it said success (found by a writer
+    /// thread beside a thread running `kill -9` and `parcache up`).
+    fn lost_writes(&self, handle: u64, take: bool) -> Result<()> {
+        let lost = match self.files.lock().get_mut(&handle) {
+            Some(st) if take => st.lost.take(),
+            Some(st) => st.lost.clone(),
+            None => None,
+        };
+        match lost {
+            None => Ok(()),
+            Some(why) => Err(FsError::Remote {
+                path: self.what(handle),
+                code: ErrorCode::Io,
+                message: format!("bytes written to it did not reach the data servers and were dropped ({why})"),
+            }),
         }
     }
 
@@ -802,10 +831,13 @@ impl Fs {
     /// durable logs (an `nv=on` file's: in the node's durable write cache
     /// or there) and its size and times are at the metadata server.
     pub async fn fsync(&self, a: &Attr) -> Result<()> {
-        match self.fsync_as_told(a).await {
+        let r = match self.fsync_as_told(a).await {
             Err(e) => Err(self.gone_from_server(e, a.handle).await),
             ok => ok,
-        }
+        };
+        // Reported once: by this `fsync`'s own failure, or now.
+        let earlier = self.lost_writes(a.handle, true);
+        r.and(earlier)
     }
 
     /// A close's or `fsync`'s report answered `NotFound`: the metadata
@@ -902,6 +934,9 @@ impl Fs {
         tracing::warn!("handle {handle}: written bytes did not reach the data servers: {e}");
         pool.discard_file(handle, 0).await;
         self.with_file(handle, |_, f| f.write_back_failed());
+        if let Some(st) = self.files.lock().get_mut(&handle) {
+            st.lost = Some(e.message.clone());
+        }
         Err(from_below(self.what(handle), e))
     }
 

@@ -509,13 +509,24 @@ mod tests {
         assert!(!p.unsettled() && p.may_have_lost((250, 251)));
     }
 
-    /// Answers every request at once, but a write only once `gate` lets it.
+    /// Answers every request at once, but a write only once `gate` lets it;
+    /// its incarnation is `incarnation` (0: it does not say).
     struct Server {
         gate: Arc<Semaphore>,
+        incarnation: (u64, Option<u64>),
     }
 
     impl Handler for Server {
         async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+            if let (Request::Incarnation, (now, after)) = (&req, self.incarnation) {
+                if now != 0 {
+                    let r = Response::Incarnation {
+                        now,
+                        after_graceful_stop_of: after,
+                    };
+                    return (r, Bytes::new());
+                }
+            }
             if let Request::WriteBuffered { .. } = req {
                 self.gate.acquire().await.expect("open").forget();
                 return (Response::Written { len: 0 }, Bytes::new());
@@ -538,7 +549,11 @@ mod tests {
         let secret = Secret::generate();
         let gate = Arc::new(Semaphore::new(0));
         let (_stop, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(serve(l, secret.clone(), Arc::new(Server { gate: gate.clone() }), rx));
+        let server = Server {
+            gate: gate.clone(),
+            incarnation: (0, None),
+        };
+        tokio::spawn(serve(l, secret.clone(), Arc::new(server), rx));
         let p = Arc::new(Peer::new("data server 0".into(), addr, secret));
         assert!(p.sync_due().is_none(), "nothing sent yet");
         let read = Request::Read {
@@ -592,5 +607,73 @@ mod tests {
         p.call(&durably, &[]).await.unwrap();
         p.synced_with_own(mark);
         assert!(p.sync_due().is_none(), "the durable change covered both");
+    }
+
+    /// Each reconnection asks the server's incarnation and judges the loss
+    /// before it: a graceful restart (the next incarnation says the one
+    /// before lost nothing) takes it back; a crash of the machine (it does
+    /// not say so) leaves the changes since the last sync unsure.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reconnection_judges_the_loss_by_the_server_incarnation() {
+        let secret = Secret::generate();
+        let gate = Arc::new(Semaphore::new(100));
+        let mut addr = "127.0.0.1:0".to_string();
+        // Serves as incarnation `now` at `addr`, until the sender is dropped.
+        let start = |addr: &str, now: u64, after: Option<u64>| {
+            let (secret, gate, addr) = (secret.clone(), gate.clone(), addr.to_string());
+            async move {
+                let l = tokio::net::TcpListener::bind(&addr).await.unwrap();
+                let at = l.local_addr().unwrap().to_string();
+                let (stop, rx) = tokio::sync::watch::channel(false);
+                let server = Server {
+                    gate,
+                    incarnation: (now, after),
+                };
+                let served = tokio::spawn(serve(l, secret, Arc::new(server), rx));
+                (at, stop, served)
+            }
+        };
+        let read = Request::Read {
+            handle: 1,
+            offset: 0,
+            len: 1,
+            need: 0,
+        };
+        let (at, stop, served) = start(&addr, 1, None).await;
+        addr = at;
+        let p = Peer::new("data server 0".into(), addr.clone(), secret.clone());
+        p.call(&write(), b"a").await.unwrap();
+        let first = (0, p.change_count());
+        // A graceful restart: the next incarnation kept everything.
+        stop.send(true).unwrap();
+        served.await.unwrap();
+        let (_, stop, served) = start(&addr, 2, Some(1)).await;
+        p.call(&read, &[]).await.unwrap();
+        assert!(!p.may_have_lost(first), "a graceful restart lost nothing");
+        let due = p.sync_due().expect("the write is not covered by a sync");
+        p.call(&Request::Sync, &[]).await.unwrap();
+        p.synced(due);
+        // A crash of the machine: the one before is not said to be kept.
+        p.call(&write(), b"b").await.unwrap();
+        let second = (first.1, p.change_count());
+        stop.send(true).unwrap();
+        served.await.unwrap();
+        let (_, stop, served) = start(&addr, 3, None).await;
+        p.call(&read, &[]).await.unwrap();
+        assert!(
+            p.may_have_lost(second),
+            "a crash of the machine may have lost the write"
+        );
+        assert!(!p.may_have_lost(first), "the first write was judged before");
+        assert!(!p.unsettled());
+        // The network dropped, the server stayed: the same incarnation.
+        p.call(&write(), b"c").await.unwrap();
+        let third = (second.1, p.change_count());
+        stop.send(true).unwrap();
+        served.await.unwrap();
+        let (_, _stop, _served) = start(&addr, 3, None).await;
+        p.call(&read, &[]).await.unwrap();
+        assert!(!p.may_have_lost(third), "the same incarnation lost nothing");
+        assert!(p.may_have_lost(second), "the crash's loss stays");
     }
 }
