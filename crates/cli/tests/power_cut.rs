@@ -197,6 +197,18 @@ fn written_not_synced(m: &Mounted, name: &str, seed: u64) -> (std::fs::File, Vec
     (f, data)
 }
 
+/// The file's `fsync` (after `what`) succeeds, and the data servers have
+/// its bytes.
+fn syncs_and_is_there(c: &Cluster, f: std::fs::File, data: &[u8], name: &str, what: &str) {
+    f.sync_all()
+        .unwrap_or_else(|e| panic!("{name}: the fsync after {what}: {e}"));
+    drop(f);
+    assert!(
+        at_servers(c, name).unwrap() == data,
+        "{name}: the bytes are at the servers after {what}"
+    );
+}
+
 /// An `fsync` after a crash of a data server's machine that lost bytes the
 /// server had acknowledged says `EIO` (it said success, the bytes gone:
 /// the sync reached only the restarted server, which had nothing to sync).
@@ -231,13 +243,7 @@ fn an_fsync_after_a_power_cut_of_a_data_server_that_lost_its_bytes_says_eio() {
     let (f, data) = written_not_synced(&m, "crashed", 1);
     c.kill9(iod0());
     restart_in_boot(&c, "boot-1");
-    f.sync_all()
-        .expect("fsync after a crash of the data server's process alone");
-    drop(f);
-    assert!(
-        at_servers(&c, "crashed").unwrap() == data,
-        "crashed: the bytes are at the servers"
-    );
+    syncs_and_is_there(&c, f, &data, "crashed", "a crash of the data server's process alone");
 
     // A graceful stop (it syncs everything), then a reboot.
     let (f, data) = written_not_synced(&m, "stopped", 2);
@@ -245,12 +251,12 @@ fn an_fsync_after_a_power_cut_of_a_data_server_that_lost_its_bytes_says_eio() {
     Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
     gone(pid);
     restart_in_boot(&c, "boot-2");
-    f.sync_all()
-        .expect("fsync after a graceful stop and a reboot of the data server");
-    drop(f);
-    assert!(
-        at_servers(&c, "stopped").unwrap() == data,
-        "stopped: the bytes are at the servers"
+    syncs_and_is_there(
+        &c,
+        f,
+        &data,
+        "stopped",
+        "a graceful stop and a reboot of the data server",
     );
 
     // A power cut: the bytes written since the last sync are gone.
@@ -276,12 +282,7 @@ fn an_fsync_after_a_power_cut_of_a_data_server_that_lost_its_bytes_says_eio() {
     }
     // Written again, the file syncs, and its bytes are there.
     f.write_all_at(&data, 0).unwrap();
-    f.sync_all().expect("fsync of the file written again");
-    drop(f);
-    assert!(
-        at_servers(&c, "cut").unwrap() == data,
-        "cut: written again, the bytes are at the servers"
-    );
+    syncs_and_is_there(&c, f, &data, "cut", "the power cut's EIO and a write again");
 
     m.unmount();
     let (ok, _, err) = parcache(&["down", "--data", c.d()]);
