@@ -643,16 +643,18 @@ impl DataPath {
         let before = iod.change_count();
         let r = change.await?;
         let window = (before, iod.change_count());
-        let noted = {
+        // The count of files noted, when this one is new to the notes.
+        let added = {
             let mut m = self.unsynced.lock();
+            let new = !m.contains_key(&handle);
             let ws = m.entry(handle).or_default();
             match ws.iter_mut().find(|(t, _)| *t == s) {
                 Some((_, w)) => *w = (w.0.min(window.0), w.1.max(window.1)),
                 None => ws.push((s, window)),
             }
-            m.len()
+            new.then_some(m.len())
         };
-        if noted >= UNSYNCED_NOTED && noted.is_multiple_of(UNSYNCED_NOTED) {
+        if added.is_some_and(|n| n >= UNSYNCED_NOTED && n.is_multiple_of(UNSYNCED_NOTED)) {
             if let Some(me) = self.me.upgrade() {
                 tokio::spawn(async move {
                     let all: Vec<u32> = (0..me.iods.len() as u32).collect();

@@ -524,12 +524,15 @@ impl Fs {
         }
         let after = self.mds.change_count();
         let mut changed = self.dirs_changed.lock();
+        let mut added = false;
         for d in dirs.into_iter().flatten() {
-            changed.insert(d, (before, after));
+            added |= changed.insert(d, (before, after)).is_none();
         }
         // Many directories changed and none synced (an untar of a big
-        // tree): a sync in the background lets their notes go.
-        if changed.len() >= DIRS_NOTED && changed.len().is_multiple_of(DIRS_NOTED) {
+        // tree): a sync in the background lets their notes go (once per
+        // so many new ones: a change of a directory noted already would
+        // start another at every change while the count sat there).
+        if added && changed.len() >= DIRS_NOTED && changed.len().is_multiple_of(DIRS_NOTED) {
             if let Some(fs) = self.me.upgrade() {
                 tokio::spawn(async move {
                     if let Err(e) = fs.sync_metadata().await {
