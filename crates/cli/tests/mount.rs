@@ -3046,7 +3046,8 @@ fn small_files_live_on_the_metadata_server_until_a_node_changes_their_parts() {
 /// reads). Found by hand: a Python writer thread doing write and `fsync`
 /// beside a thread running `kill -9` and `parcache up` through
 /// `subprocess` had an `fsync` succeed after 4 s and the file empty. A
-/// second `fsync` succeeds (reported once).
+/// second `fsync` succeeds (reported once), and so does an `fsync` of a
+/// later open, once every open at the failure has ended.
 #[test]
 fn a_failed_write_back_a_forked_childs_close_met_first_fails_the_writers_fsync() {
     let (base, cluster) = up("mount-forked-close", "2");
@@ -3068,6 +3069,18 @@ fn a_failed_write_back_a_forked_childs_close_met_first_fails_the_writers_fsync()
     assert_eq!(err.raw_os_error(), Some(5), "{err}");
     f.sync_all().expect("reported once");
     drop(f);
+    // Closed without an `fsync`, the failure is not a later open's.
+    let g = std::fs::File::create(a.p("g")).unwrap();
+    let iod0 = cluster_pids(&cluster.0)[0];
+    Command::new("kill").args(["-9", &iod0.to_string()]).status().unwrap();
+    (&g).write_all(&pattern(1 << 20, 6)).unwrap();
+    assert!(Command::new("true").status().unwrap().success());
+    restart_killed_server(&cluster.0, iod0);
+    drop(g);
+    let g = std::fs::OpenOptions::new().write(true).open(a.p("g")).unwrap();
+    g.sync_all()
+        .expect("a file's failure is forgotten once every open of it ended");
+    drop(g);
     a.unmount();
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);

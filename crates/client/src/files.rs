@@ -56,6 +56,7 @@ pub(crate) struct FileState {
     /// no `fsync` has reported it yet: why. A close of any descriptor
     /// (a forked child's `exec` closes its copies, each a FUSE `FLUSH`)
     /// may meet the failure first; the writer's `fsync` must still say so.
+    /// Forgotten when the file's last open here ends.
     lost: Option<String>,
 }
 
@@ -701,6 +702,12 @@ impl Fs {
                 let acts = s.plugin.release(&mut s.file, now, write);
                 self.note_opens(before, s.file.opens);
                 let last = s.file.opens == 0;
+                if last {
+                    // Every descriptor open at a failed write-back has been
+                    // closed (each close said so): later opens do not see
+                    // it, as a kernel's do not.
+                    s.lost = None;
+                }
                 (acts, last, last && s.orphan)
             }
             None => (vec![], false, false),
