@@ -644,10 +644,19 @@ mod tests {
         let p = Peer::new("data server 0".into(), addr.clone(), secret.clone());
         p.call(&write(), b"a").await.unwrap();
         let first = (0, p.change_count());
+        // Stops the server, then serves as incarnation `now` at `addr`.
+        let restart = |stop: tokio::sync::watch::Sender<bool>, served: tokio::task::JoinHandle<()>, now, after| {
+            let start = &start;
+            let addr = addr.clone();
+            async move {
+                stop.send(true).unwrap();
+                served.await.unwrap();
+                let (_, stop, served) = start(&addr, now, after).await;
+                (stop, served)
+            }
+        };
         // A graceful restart: the next incarnation kept everything.
-        stop.send(true).unwrap();
-        served.await.unwrap();
-        let (_, stop, served) = start(&addr, 2, Some(1)).await;
+        let (stop, served) = restart(stop, served, 2, Some(1)).await;
         p.call(&read, &[]).await.unwrap();
         assert!(!p.may_have_lost(first), "a graceful restart lost nothing");
         let due = p.sync_due().expect("the write is not covered by a sync");
@@ -656,9 +665,7 @@ mod tests {
         // A crash of the machine: the one before is not said to be kept.
         p.call(&write(), b"b").await.unwrap();
         let second = (first.1, p.change_count());
-        stop.send(true).unwrap();
-        served.await.unwrap();
-        let (_, stop, served) = start(&addr, 3, None).await;
+        let (stop, served) = restart(stop, served, 3, None).await;
         p.call(&read, &[]).await.unwrap();
         assert!(
             p.may_have_lost(second),
@@ -669,9 +676,7 @@ mod tests {
         // The network dropped, the server stayed: the same incarnation.
         p.call(&write(), b"c").await.unwrap();
         let third = (second.1, p.change_count());
-        stop.send(true).unwrap();
-        served.await.unwrap();
-        let (_, _stop, _served) = start(&addr, 3, None).await;
+        let (_stop, _served) = restart(stop, served, 3, None).await;
         p.call(&read, &[]).await.unwrap();
         assert!(!p.may_have_lost(third), "the same incarnation lost nothing");
         assert!(p.may_have_lost(second), "the crash's loss stays");
