@@ -33,7 +33,7 @@ pub(crate) struct FileState {
     /// size report taken before a truncate cannot reach the metadata server
     /// after it, and a read begun before a truncate cannot put the old bytes
     /// back in the cache.
-    gate: Arc<tokio::sync::RwLock<()>>,
+    pub(crate) gate: Arc<tokio::sync::RwLock<()>>,
     /// Held while a size report of the file is on its way: two closes at
     /// once (a descriptor and its duplicate) report one after the other,
     /// the second only what the first did not cover. (Both sent at once

@@ -495,16 +495,24 @@ impl Fs {
                 version,
                 recirculations,
             } => {
-                let known = self.files.lock().get(&handle).map(|s| s.pool.clone());
-                let pool = match known {
-                    Some(p) => p,
+                let known = self.files.lock().get(&handle).cloned();
+                let st = match known {
+                    Some(st) => st,
                     None => {
                         let a = self.getattr(handle).await?;
-                        self.state(&a).await?.pool
+                        self.state(&a).await?
                     }
                 };
+                // The copy is taken in only at the version this node has
+                // validated: an older one, evicted before another node's
+                // change, would be served to this node's reads as current.
+                // Under the file's gate, shared: a revalidation that drops
+                // the blocks holds it alone, so a copy is either in before
+                // the drop (and dropped) or meets the new version.
+                let _shared = st.gate.read().await;
+                let current = self.files.lock().get(&handle).map(|s| s.file.version);
                 let key = BlockKey::new(handle, index);
-                if pool.adopt(key, &data) {
+                if current == Some(version) && st.pool.adopt(key, &data) {
                     self.tier.held.lock().insert(key, (version, recirculations));
                 }
                 Ok((Response::Ok, Bytes::new()))
