@@ -34,6 +34,12 @@ pub(crate) struct FileState {
     /// after it, and a read begun before a truncate cannot put the old bytes
     /// back in the cache.
     pub(crate) gate: Arc<tokio::sync::RwLock<()>>,
+    /// Held shared by peers' reads and writes through this node's cache
+    /// (`lru-interleaved` homes), alone while a peer's newer version drops
+    /// its blocks ([`Fs::served_file`](crate::Fs)): pieces of one write
+    /// arriving together take the version in once, and no piece written
+    /// here is dropped unwritten.
+    pub(crate) serving: Arc<tokio::sync::RwLock<()>>,
     /// Held while a size report of the file is on its way: two closes at
     /// once (a descriptor and its duplicate) report one after the other,
     /// the second only what the first did not cover. (Both sent at once
@@ -208,6 +214,7 @@ impl Fs {
             pool,
             file: NodeFile::new(view(a), self.now()),
             gate: Arc::new(tokio::sync::RwLock::new(())),
+            serving: Arc::default(),
             reporting: Arc::default(),
             orphan: false,
             at_server: (0, 0),

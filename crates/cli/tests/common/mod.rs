@@ -24,16 +24,18 @@ pub fn scratch(tag: &str) -> PathBuf {
 
 /// Runs the `parcache` binary; returns success, stdout and stderr.
 pub fn parcache(args: &[&str]) -> (bool, String, String) {
+    let (ok, out, err) = parcache_bytes(args);
+    (ok, String::from_utf8_lossy(&out).into(), err)
+}
+
+/// [`parcache`] with its output as bytes (`cat` of a file).
+pub fn parcache_bytes(args: &[&str]) -> (bool, Vec<u8>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_parcache"))
         .args(args)
         .env("PARCACHE_LOG", "warn")
         .output()
         .expect("the parcache binary runs");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
+    (o.status.success(), o.stdout, String::from_utf8_lossy(&o.stderr).into())
 }
 
 /// `status`'s chunk line: (named by recipes, stored).
@@ -256,11 +258,11 @@ pub fn blocks_differing(got: &[u8], want: &[u8], old: &[u8]) -> String {
     let what = |i: usize| {
         let (s, e) = (i * B, ((i + 1) * B).min(got.len()));
         if old.len() >= e && got[s..e] == old[s..e] {
-            "old"
+            "old".to_string()
         } else if got[s..e].iter().all(|&b| b == 0) {
-            "zeros"
+            "zeros".to_string()
         } else {
-            "other"
+            format!("other({})", pages_like(&got[s..e], &want[s..e], old.get(s..e)))
         }
     };
     let bad: Vec<String> = (0..got.len().div_ceil(B))
@@ -273,6 +275,35 @@ pub fn blocks_differing(got: &[u8], want: &[u8], old: &[u8]) -> String {
         got.len().div_ceil(B),
         bad.join(" ")
     )
+}
+
+/// Which 4 KiB pages of a block that is neither the wanted, the old nor
+/// zeros are which: runs such as "0-7 want, 8-15 old".
+fn pages_like(got: &[u8], want: &[u8], old: Option<&[u8]>) -> String {
+    const P: usize = 4096;
+    let kind = |i: usize| {
+        let (s, e) = (i * P, ((i + 1) * P).min(got.len()));
+        if got[s..e] == want[s..e] {
+            "want"
+        } else if old.is_some_and(|o| got[s..e] == o[s..e]) {
+            "old"
+        } else if got[s..e].iter().all(|&b| b == 0) {
+            "zeros"
+        } else {
+            "other"
+        }
+    };
+    let mut runs: Vec<(usize, usize, &str)> = Vec::new();
+    for i in 0..got.len().div_ceil(P) {
+        match runs.last_mut() {
+            Some((_, end, k)) if *k == kind(i) => *end = i,
+            _ => runs.push((i, i, kind(i))),
+        }
+    }
+    runs.iter()
+        .map(|(a, b, k)| format!("pages {a}-{b} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Each entry of `parcache status`'s list `list` ("servers", "nodes"):
