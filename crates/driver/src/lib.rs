@@ -69,6 +69,10 @@ struct State {
     /// without copying them; a change to a block still being sent copies
     /// it first.
     mem: Vec<Option<Arc<Vec<u8>>>>,
+    /// Bytes of evicted blocks (by buffer and block) kept when their
+    /// buffer was filled anew before the eviction was carried out
+    /// ([`Cache::evictions_of`]).
+    evicting: HashMap<(usize, BlockKey), Arc<Vec<u8>>>,
     /// Blocks whose last fetch failed, with why (told to its waiters).
     failed_fetch: HashMap<BlockKey, BelowError>,
     /// Files whose dirty data failed to go down, with why (told to the next
@@ -95,9 +99,24 @@ impl State {
         self.mem[b.index()].get_or_insert_with(Default::default)
     }
 
+    /// Keeps the bytes of blocks whose eviction from buffer `b` is decided
+    /// and not yet carried out, before `b` changes: otherwise an evicted
+    /// last copy went to a peer with the bytes of the block that took
+    /// its buffer (three `n-chance` mounts read blocks of other files).
+    fn keep_evicted(&mut self, b: BufId) {
+        let keys: Vec<BlockKey> = self.cache.evictions_of(b).collect();
+        for key in keys {
+            if let Some(Some(bytes)) = self.mem.get(b.index()) {
+                let bytes = Arc::clone(bytes);
+                self.evicting.entry((b.index(), key)).or_insert(bytes);
+            }
+        }
+    }
+
     /// Buffer `b`'s bytes, to change: copied first where something being
     /// sent still holds them.
     fn unique(&mut self, b: BufId) -> &mut Vec<u8> {
+        self.keep_evicted(b);
         let slot = self.held(b);
         if Arc::get_mut(slot).is_none() {
             *slot = Arc::new(slot.to_vec());
@@ -108,6 +127,7 @@ impl State {
     /// Buffer `b`'s bytes, emptied, to fill anew (a buffer being sent is
     /// left to its sender).
     fn emptied(&mut self, b: BufId) -> &mut Vec<u8> {
+        self.keep_evicted(b);
         let slot = self.held(b);
         if Arc::get_mut(slot).is_none() {
             *slot = Arc::default();
@@ -250,6 +270,7 @@ impl<B: Below> Driver<B> {
             state: Mutex::new(State {
                 cache,
                 mem: (0..n).map(|_| None).collect(),
+                evicting: HashMap::new(),
                 failed_fetch: HashMap::new(),
                 file_errors: HashMap::new(),
                 prefetching: 0,
@@ -654,7 +675,16 @@ impl<B: Below> Shared<B> {
         match e {
             Effect::Resume { proc } => me.lanes[proc as usize].notify_one(),
             Effect::Evicted { key, buf } => {
-                let data = st.share(buf, me.block_size, 0, me.block_size);
+                let bs = me.block_size as usize;
+                let data = match st.evicting.remove(&(buf.index(), key)) {
+                    Some(kept) if kept.len() >= bs => Bytes::from_owner(Held(kept)).slice(0..bs),
+                    Some(kept) => {
+                        let mut whole = kept.to_vec();
+                        whole.resize(bs, 0);
+                        Bytes::from(whole)
+                    }
+                    None => st.share(buf, me.block_size, 0, me.block_size),
+                };
                 me.below.evicted(key, data);
             }
             Effect::Write {

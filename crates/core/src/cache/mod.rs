@@ -441,6 +441,19 @@ impl Cache {
         self.check_dirty_level();
     }
 
+    /// The blocks whose eviction from buffer `buf` is decided and not yet
+    /// taken by the driver ([`Effect::Evicted`] still queued). A driver
+    /// that fills the buffer anew before it takes them keeps their bytes
+    /// first: the effect names the buffer, and its bytes are the new
+    /// block's by then.
+    pub fn evictions_of(&self, buf: BufId) -> impl Iterator<Item = BlockKey> + '_ {
+        let any = self.report_evictions;
+        self.effects.iter().filter(move |_| any).filter_map(move |e| match e {
+            Effect::Evicted { key, buf: b } if *b == buf => Some(*key),
+            _ => None,
+        })
+    }
+
     /// The next effect for the driver, in the order the cache decided them.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
