@@ -309,6 +309,15 @@ impl Fs {
                     return Ok(());
                 }
             }
+            // This node is the home (or stands in for one): its write
+            // holds the file's `serving` lock shared, as a peer's does, so
+            // a peer's newer version cannot drop it unwritten between the
+            // drop's write-back and its discard.
+            let serving = self.files.lock().get(&handle).map(|s| s.serving.clone());
+            let _shared = match &serving {
+                Some(l) => Some(l.read().await),
+                None => None,
+            };
             pool.write(handle, start, bytes)
                 .await
                 .map_err(|e| crate::from_driver(self.what(handle), e))
