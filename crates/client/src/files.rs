@@ -1422,8 +1422,17 @@ impl Fs {
             return self.cas_read(&a, p, chunk, offset, buf).await;
         }
         if !st.file.cached {
-            // The size and the bytes as the servers have them now.
-            let size = st.file.size.max(self.getattr(a.handle).await?.size);
+            // The size and the bytes as the servers have them now (this
+            // node's writes not yet reported count too). The data path
+            // takes the size as well: a larger one from before another
+            // node cut the file made each data server's part look short
+            // (`consistency=posix` readers got EIO, "stripes … are
+            // missing", after every rewrite elsewhere).
+            let server = self.getattr(a.handle).await?;
+            let size = self
+                .with_file(a.handle, |_, f| Some(f.size_for(view(&server))))
+                .unwrap_or(server.size);
+            self.data.set_size(a.handle, size, false);
             let end = size.min(offset.saturating_add(buf.len() as u64));
             if offset >= end {
                 return Ok(0);
