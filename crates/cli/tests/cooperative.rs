@@ -206,18 +206,7 @@ fn a_forwarded_block_of_an_older_version_is_not_taken_in() {
     std::fs::write(a.p("f"), &newer).unwrap();
     let after = rt.block_on(fs.resolve("/f")).unwrap();
     assert!(after.version > before.version, "{before:?} -> {after:?}");
-    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let b_name = std::fs::canonicalize(&b.at).unwrap().display().to_string();
-    let b_addr = v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == b_name.as_str())
-        .and_then(|n| n["addr"].as_str())
-        .expect("b listed with its address")
-        .to_string();
+    let b_addr = common::node_addr(c.d(), &b);
     let secret = Secret::load(&c.dir.join("secret")).unwrap();
     let peer = rt.block_on(Client::connect(&b_addr, &secret)).unwrap();
     let forward = |index: u64| {
@@ -267,19 +256,13 @@ fn a_home_takes_a_newer_version_in_once_for_writes_arriving_together() {
     assert!(ok, "{err}");
     let at = |n: &str| c.dir.parent().unwrap().join(format!("{}-{n}", c.dir.display()));
     let b = Mounted::with_args(&c.dir, at("b"), None, &[]);
-    let n = wait_for(c.d(), "the node listed", |n| n.len() == 1);
+    wait_for(c.d(), "the node listed", |n| n.len() == 1);
     const B: usize = 64 << 10;
     const PIECES: usize = 8;
     std::fs::write(b.p("f"), pattern(B, 1)).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let fs = rt.block_on(c.fs());
-    let (ok, out, err) = parcache(&["status", "--data", c.d(), "--format", "json"]);
-    assert!(ok, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let addr = v["nodes"][0]["addr"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{n:?}"))
-        .to_string();
+    let addr = common::node_addr(c.d(), &b);
     let secret = Secret::load(&c.dir.join("secret")).unwrap();
     let conns: Vec<Client> = rt.block_on(async {
         let mut v = Vec::new();

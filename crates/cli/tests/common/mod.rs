@@ -369,6 +369,23 @@ pub fn three_nodes(c: &Cluster, extra: &[&str]) -> (Mounted, Mounted, Mounted) {
     (a, b, m)
 }
 
+/// Where the node mounted at `m` answers its peers, as `parcache status
+/// --format json` lists it.
+pub fn node_addr(d: &str, m: &Mounted) -> String {
+    let (ok, out, err) = parcache(&["status", "--data", d, "--format", "json"]);
+    assert!(ok, "status: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let name = std::fs::canonicalize(&m.at).unwrap().display().to_string();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name.as_str())
+        .and_then(|n| n["addr"].as_str())
+        .unwrap_or_else(|| panic!("{name} is not listed with its address: {v}"))
+        .to_string()
+}
+
 pub fn sum(n: &[(String, serde_json::Value)], key: &str) -> u64 {
     n.iter().map(|(_, s)| s[key].as_u64().unwrap()).sum()
 }
