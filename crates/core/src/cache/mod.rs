@@ -445,10 +445,14 @@ impl Cache {
     /// taken by the driver ([`Effect::Evicted`] still queued). A driver
     /// that fills the buffer anew before it takes them keeps their bytes
     /// first: the effect names the buffer, and its bytes are the new
-    /// block's by then.
+    /// block's by then. None where evictions are not reported (no scan).
     pub fn evictions_of(&self, buf: BufId) -> impl Iterator<Item = BlockKey> + '_ {
-        let any = self.report_evictions;
-        self.effects.iter().filter(move |_| any).filter_map(move |e| match e {
+        let (front, back) = if self.report_evictions {
+            self.effects.as_slices()
+        } else {
+            (&[][..], &[][..])
+        };
+        front.iter().chain(back).filter_map(move |e| match e {
             Effect::Evicted { key, buf: b } if *b == buf => Some(*key),
             _ => None,
         })
