@@ -9,7 +9,9 @@
 //! Run: `cargo run --release -p parcache-bench --bin cluster-io [-- MIB]`
 //! (MIB: size of the sequential file, default 1024;
 //! `PARCACHE_PREFETCH=NAME` runs it under another prefetch policy than the
-//! default, `PARCACHE_BLOCK_KIB` with another node block size). The
+//! default, `PARCACHE_BLOCK_KIB` with another node block size,
+//! `PARCACHE_LAZY_CACHE=1` with data servers that take their caches'
+//! memory as blocks fill it, as `mount-io` says). The
 //! servers run in this process on their own tokio runtime, talking over real loopback
 //! sockets with the real protocol; the write log fsyncs as in production.
 

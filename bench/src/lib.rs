@@ -18,6 +18,38 @@ pub struct BenchCluster {
     rt: tokio::runtime::Runtime,
 }
 
+/// Waits until the data server at `addr` has taken its whole cache's
+/// memory (`cache_bytes`; it does so in the background once started,
+/// `IodConfig::lazy_cache`), so that a measurement does not share the
+/// machine with it: the cost is the server's start, not its data path.
+fn cache_taken(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    secret: &Secret,
+    cache_bytes: u64,
+) -> Result<()> {
+    let whole = (cache_bytes / iod::IOD_BLOCK as u64).max(4) * iod::IOD_BLOCK as u64;
+    let (addr, secret) = (addr.to_string(), secret.clone());
+    rt.block_on(async move {
+        let c = parcache_proto::Client::connect(&addr, &secret).await?;
+        let t = Instant::now();
+        loop {
+            let held = match c.call(&parcache_proto::Request::Stats, &[]).await?.0 {
+                parcache_proto::Response::Stats(s) => s.cache_memory_bytes,
+                other => anyhow::bail!("stats of data server {addr}: {other:?}"),
+            };
+            if held >= whole {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                t.elapsed() < std::time::Duration::from_secs(60),
+                "data server {addr} took {held} of its {whole} bytes of cache memory in 60 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+}
+
 /// A data server of a bench cluster: where it keeps its data, where it
 /// listens, and how to stop it.
 struct RunningIod {
@@ -35,13 +67,20 @@ fn start_iod(
 ) -> Result<RunningIod> {
     let mut cfg = iod::IodConfig::new(dir.clone(), addr, secret.clone());
     cfg.checkpoint_bytes = 256 << 20;
+    cfg.lazy_cache = std::env::var_os("PARCACHE_LAZY_CACHE").is_some();
+    let cache_bytes = cfg.cache_bytes;
+    let lazy = cfg.lazy_cache;
     let r = rt.block_on(iod::start(cfg))?;
-    Ok(RunningIod {
+    let running = RunningIod {
         dir,
         addr: r.addr,
         stop: r.stop,
         served: rt.spawn(r.served),
-    })
+    };
+    if !lazy {
+        cache_taken(rt, running.addr, secret, cache_bytes)?;
+    }
+    Ok(running)
 }
 
 impl BenchCluster {

@@ -27,7 +27,11 @@
 //! the mount is served in this process too, as `parcache mount` serves it.
 //! `PARCACHE_PREFETCH=NAME` runs parcache under another prefetch policy
 //! than the default, and `PARCACHE_PAGE_CACHE=bypass|cached` under another
-//! `page-cache` setting (each set on the root directory).
+//! `page-cache` setting (each set on the root directory). The data servers
+//! take their caches' memory once started, and the run waits for it, as
+//! for any start of theirs; `PARCACHE_LAZY_CACHE=1` has them take it as
+//! blocks fill it (`iod --lazy-cache`), each page's first touch then paid
+//! on the data path.
 
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};

@@ -742,12 +742,13 @@ pub fn status(a: StatusArgs) -> Result<()> {
 
 fn print_status(r: &StatusReport) -> Result<()> {
     outln!(
-        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}  policy",
+        "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}  policy",
         "server",
         "address",
         "state",
         "size",
         "free",
+        "cache",
         "log",
         "hits",
         "dirty",
@@ -761,12 +762,19 @@ fn print_status(r: &StatusReport) -> Result<()> {
     for row in &r.servers {
         match &row.stats {
             Some(s) => outln!(
-                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}  {}",
+                "{:<7} {:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}  {}",
                 row.name,
                 row.address,
                 "up",
                 human(s.capacity_bytes),
                 human(s.free_bytes),
+                // The memory its cache holds (a data server's; none at the
+                // metadata server).
+                if s.role.starts_with("iod") {
+                    human(s.cache_memory_bytes)
+                } else {
+                    "-".into()
+                },
                 human(s.log_bytes),
                 s.read_hits,
                 s.dirty_blocks,

@@ -47,6 +47,13 @@ pub struct IodArgs {
     #[arg(long)]
     #[serde(default)]
     page_cache_reads: bool,
+    /// Let the cache take its memory as blocks fill it. By default the
+    /// server takes all of its cache's memory (--cache-mib) once it has
+    /// started, in the background, so that the first blocks it caches
+    /// pay no page faults on the data path.
+    #[arg(long)]
+    #[serde(default)]
+    lazy_cache: bool,
 }
 
 /// Settings of `parcache mds`, from `--config FILE.toml` and flags (flags win).
@@ -199,6 +206,7 @@ pub fn iod(a: IodArgs) -> Result<()> {
     cfg.checkpoint_bytes = checkpoint << 20;
     cfg.cache_bytes = a.cache_mib.or(f.cache_mib).unwrap_or(256) << 20;
     cfg.page_cache_reads = a.page_cache_reads || f.page_cache_reads;
+    cfg.lazy_cache = a.lazy_cache || f.lazy_cache;
     if let Some(w) = a.write_policy.as_ref().or(f.write_policy.as_ref()) {
         cfg.write_policy = w
             .parse()

@@ -255,6 +255,55 @@ fn a_small_blocks_buffer_holds_only_the_pages_it_needs() {
     });
 }
 
+/// Memory taken ahead goes only to buffers without any, a whole block
+/// each, a batch at a time until none is left; bytes cached before and
+/// after read back as written, and a block in a taken buffer reads zeros
+/// past its bytes (the memory's own zeros are not its content).
+#[test]
+fn memory_taken_ahead_goes_to_empty_buffers_and_changes_no_byte() {
+    rt().block_on(async {
+        let bs = 64 << 10;
+        let below = Arc::new(Mem::new(bs));
+        let mut c = cfg(16, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None);
+        c.block_size = bs;
+        let d = Driver::new(c, 2, below.clone()).unwrap();
+        for f in 0..3u64 {
+            d.write(f, 0, &[f as u8 + 1; 4000]).await.unwrap();
+        }
+        assert_eq!(d.memory_bytes(), 3 * 4096, "three small blocks");
+        assert_eq!(d.take_memory(5), 5 * bs as u64);
+        assert_eq!(d.memory_bytes(), 3 * 4096 + 5 * bs as u64);
+        let mut rounds = 0;
+        while d.take_memory(4) > 0 {
+            rounds += 1;
+        }
+        assert_eq!(rounds, 2, "8 buffers left, 4 at a time");
+        assert_eq!(d.memory_bytes(), 3 * 4096 + 13 * bs as u64);
+        assert_eq!(d.take_memory(100), 0, "nothing left to take");
+        let mut out = vec![9u8; bs as usize];
+        for f in 0..3u64 {
+            d.read(f, 0, &mut out).await.unwrap();
+            assert!(out[..4000].iter().all(|&b| b == f as u8 + 1) && out[4000..].iter().all(|&b| b == 0));
+        }
+        // New blocks land in taken buffers: read back whole, zeros past
+        // their bytes, pushed down as written.
+        for f in 10..20u64 {
+            d.write(f, 100, &[f as u8; 300]).await.unwrap();
+        }
+        for f in 10..20u64 {
+            d.read(f, 0, &mut out).await.unwrap();
+            assert!(out[..100].iter().all(|&b| b == 0), "file {f}");
+            assert!(out[100..400].iter().all(|&b| b == f as u8), "file {f}");
+            assert!(out[400..].iter().all(|&b| b == 0), "file {f}");
+        }
+        d.flush_all().await.unwrap();
+        for f in 10..20u64 {
+            assert_eq!(below.file(f)[100..400], [f as u8; 300]);
+        }
+        assert!(d.memory_bytes() <= 16 * bs as u64);
+    });
+}
+
 #[test]
 fn the_syncer_pushes_dirty_data_within_its_interval() {
     let rt = tokio::runtime::Builder::new_current_thread()

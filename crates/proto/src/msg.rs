@@ -834,6 +834,9 @@ pub struct ServerStats {
     /// Requests the server has answered since it started (a batch, such
     /// as `Unlinks`, counts once).
     pub requests: u64,
+    /// Memory a data server's cache holds (it takes all of it once it has
+    /// started, unless `--lazy-cache`); 0 at the metadata server.
+    pub cache_memory_bytes: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -60,6 +60,12 @@ pub struct IodConfig {
     /// aligned reads go around it (`O_DIRECT`, where the file system
     /// allows), since the server's own cache keeps what it read.
     pub page_cache_reads: bool,
+    /// Let the cache take its memory as blocks fill it. By default the
+    /// server takes all of it once it has started, in the background
+    /// ([`take_cache_memory`]), as a database takes its buffer pool: the
+    /// kernel's first touch of each page then costs nothing later, on
+    /// the data path.
+    pub lazy_cache: bool,
 }
 
 impl IodConfig {
@@ -73,6 +79,7 @@ impl IodConfig {
             cache_bytes: 256 << 20,
             write_policy: WritePolicyKind::THRESHOLD_DEFAULT,
             page_cache_reads: false,
+            lazy_cache: false,
         }
     }
 }
@@ -923,6 +930,7 @@ impl Handler for IodHandler {
                     prefetch_hits: c.prefetch_hits,
                     syncs: iod.syncs.load(Ordering::Relaxed),
                     requests: iod.requests.load(Ordering::Relaxed),
+                    cache_memory_bytes: iod.cache.memory_bytes(),
                 })
             }
             other => Response::error(
@@ -932,6 +940,74 @@ impl Handler for IodHandler {
         };
         (resp, Bytes::new())
     }
+}
+
+/// Buffers given memory at a time by [`take_cache_memory`] (4 MiB): a
+/// stop waits for one batch at most.
+const MEMORY_BATCH: usize = 64;
+
+/// Gives the server's cache all its memory, a batch at a time, while the
+/// server runs (its first touch of each page costs the kernel a fault:
+/// paid here, once, instead of on the data path; issue 14, the
+/// forty-third session in `bench/README.md`). Ends when every buffer has
+/// memory, or the server is gone.
+fn take_cache_memory(iod: std::sync::Weak<Iod>) {
+    let t = std::time::Instant::now();
+    let mut taken = 0;
+    while let Some(iod) = iod.upgrade() {
+        if let Some((available, total)) = host_memory() {
+            // A cache sized past what the host has to spare (or several
+            // servers on one host) must not take the host's last memory
+            // at start: the rest comes as blocks fill the cache, as with
+            // `--lazy-cache`.
+            if !room_to_take(available, total) {
+                tracing::warn!(
+                    "cache memory: took {} MiB, then stopped: the host has {} MiB of {} available; the rest is taken as blocks fill the cache",
+                    taken >> 20,
+                    available >> 20,
+                    total >> 20
+                );
+                return;
+            }
+        }
+        match iod.cache.take_memory(MEMORY_BATCH) {
+            0 => {
+                tracing::info!(
+                    "cache memory taken: {} MiB in {:.2} s",
+                    taken >> 20,
+                    t.elapsed().as_secs_f64()
+                );
+                return;
+            }
+            n => taken += n,
+        }
+    }
+}
+
+/// Whether a data server may take more memory ahead for its cache with
+/// `available` of the host's `total` bytes free: while an eighth of it
+/// (at least 512 MiB) stays free.
+fn room_to_take(available: u64, total: u64) -> bool {
+    available >= (total / 8).max(512 << 20)
+}
+
+/// The host's available and total memory in bytes (`/proc/meminfo`), if
+/// it says.
+fn host_memory() -> Option<(u64, u64)> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        Some(
+            line[name.len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()?
+                << 10,
+        )
+    };
+    Some((field("MemAvailable:")?, field("MemTotal:")?))
 }
 
 /// Opens the stores (replaying the log) and binds. Await `served` to run.
@@ -1002,6 +1078,10 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
             iod.redo(e).await?;
         }
     }
+    if !cfg.lazy_cache {
+        let weak = Arc::downgrade(&iod);
+        tokio::task::spawn_blocking(move || take_cache_memory(weak));
+    }
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
@@ -1023,4 +1103,22 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         r
     });
     Ok(crate::Running { addr, stop, served })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory is taken ahead only while an eighth of the host's (at least
+    /// 512 MiB) stays available; this host's figures read.
+    #[test]
+    fn cache_memory_is_taken_ahead_only_while_the_host_has_room() {
+        let gib = 1u64 << 30;
+        assert!(room_to_take(8 * gib, 24 * gib));
+        assert!(room_to_take(3 * gib, 24 * gib));
+        assert!(!room_to_take(3 * gib - 1, 24 * gib));
+        assert!(!room_to_take(511 << 20, 2 * gib), "512 MiB at least");
+        let (available, total) = host_memory().expect("/proc/meminfo");
+        assert!(total > 0 && available <= total, "{available} of {total}");
+    }
 }
