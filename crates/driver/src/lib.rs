@@ -87,6 +87,9 @@ struct State {
     prefetches: Vec<handover::Work>,
     /// When the timer task wakes next (`None`: it waits to be told).
     timer_at: Option<Time>,
+    /// Every buffer before this one has memory ([`Driver::take_memory`]
+    /// starts looking here).
+    memory_from: usize,
 }
 
 impl State {
@@ -275,6 +278,7 @@ impl<B: Below> Driver<B> {
                 file_errors: HashMap::new(),
                 prefetching: 0,
                 timer_at: None,
+                memory_from: 0,
                 deferred: Vec::new(),
                 prefetches: Vec::new(),
             }),
@@ -594,7 +598,10 @@ impl<B: Below> Driver<B> {
     pub fn take_memory(&self, most: usize) -> u64 {
         let sh = &*self.shared;
         let bs = sh.block_size as usize;
-        let empty = sh.state.lock().mem.iter().filter(|m| m.is_none()).count().min(most);
+        let empty = {
+            let st = sh.state.lock();
+            st.mem[st.memory_from..].iter().filter(|m| m.is_none()).take(most).count()
+        };
         let mut fresh: Vec<Vec<u8>> = (0..empty)
             .map(|_| {
                 // Every page written now (a zeroed allocation may be
@@ -608,11 +615,18 @@ impl<B: Below> Driver<B> {
             .collect();
         let mut taken = 0;
         let mut st = sh.state.lock();
-        for slot in st.mem.iter_mut().filter(|m| m.is_none()) {
-            let Some(v) = fresh.pop() else { break };
-            taken += v.capacity() as u64;
-            *slot = Some(Arc::new(v));
+        let from = st.memory_from;
+        let mut upto = from;
+        for (i, slot) in st.mem.iter_mut().enumerate().skip(from) {
+            upto = i;
+            if slot.is_none() {
+                let Some(v) = fresh.pop() else { break };
+                taken += v.capacity() as u64;
+                *slot = Some(Arc::new(v));
+            }
         }
+        // Every buffer before here has memory (a buffer never loses it).
+        st.memory_from = if taken == 0 { st.mem.len() } else { upto };
         taken
     }
 
