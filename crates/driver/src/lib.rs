@@ -600,7 +600,11 @@ impl<B: Below> Driver<B> {
         let bs = sh.block_size as usize;
         let empty = {
             let st = sh.state.lock();
-            st.mem[st.memory_from..].iter().filter(|m| m.is_none()).take(most).count()
+            st.mem[st.memory_from..]
+                .iter()
+                .filter(|m| m.is_none())
+                .take(most)
+                .count()
         };
         let mut fresh: Vec<Vec<u8>> = (0..empty)
             .map(|_| {
