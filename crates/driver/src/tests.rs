@@ -226,6 +226,20 @@ fn write_back_keeps_bytes_until_a_flush() {
     });
 }
 
+/// A write-back LRU driver of `buffers` 64 KiB blocks over memory.
+fn write_back_64k(buffers: usize) -> (Arc<Mem>, Driver<Arc<Mem>>) {
+    let below = Arc::new(Mem::new(64 << 10));
+    let mut c = cfg(
+        buffers,
+        WritePolicyKind::WriteBack,
+        ReplacementKind::Lru,
+        PrefetchKind::None,
+    );
+    c.block_size = 64 << 10;
+    let d = Driver::new(c, 2, below.clone()).unwrap();
+    (below, d)
+}
+
 /// A block written in part holds the pages its bytes need, not the whole
 /// block (issue 14: a fresh 64 KiB buffer per new 4 KiB file); it reads
 /// back whole, zeros past its bytes, and grows when written further.
@@ -233,10 +247,7 @@ fn write_back_keeps_bytes_until_a_flush() {
 fn a_small_blocks_buffer_holds_only_the_pages_it_needs() {
     rt().block_on(async {
         let bs = 64 << 10;
-        let below = Arc::new(Mem::new(bs));
-        let mut c = cfg(64, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None);
-        c.block_size = bs;
-        let d = Driver::new(c, 2, below.clone()).unwrap();
+        let (below, d) = write_back_64k(64);
         for f in 0..32u64 {
             d.write(f, 0, &[f as u8 + 1; 4000]).await.unwrap();
         }
@@ -263,10 +274,7 @@ fn a_small_blocks_buffer_holds_only_the_pages_it_needs() {
 fn memory_taken_ahead_goes_to_empty_buffers_and_changes_no_byte() {
     rt().block_on(async {
         let bs = 64 << 10;
-        let below = Arc::new(Mem::new(bs));
-        let mut c = cfg(16, WritePolicyKind::WriteBack, ReplacementKind::Lru, PrefetchKind::None);
-        c.block_size = bs;
-        let d = Driver::new(c, 2, below.clone()).unwrap();
+        let (below, d) = write_back_64k(16);
         for f in 0..3u64 {
             d.write(f, 0, &[f as u8 + 1; 4000]).await.unwrap();
         }
