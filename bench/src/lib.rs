@@ -33,12 +33,17 @@ fn cache_taken(
     rt.block_on(async move {
         let c = parcache_proto::Client::connect(&addr, &secret).await?;
         let t = Instant::now();
+        let (mut last, mut still) = (0, 0);
         loop {
             let held = match c.call(&parcache_proto::Request::Stats, &[]).await?.0 {
                 parcache_proto::Response::Stats(s) => s.cache_memory_bytes,
                 other => anyhow::bail!("stats of data server {addr}: {other:?}"),
             };
-            if held >= whole {
+            // Whole, or no longer growing (a host short of memory stops
+            // it; blocks replayed from the log hold buffers of their own).
+            still = if held == last { still + 1 } else { 0 };
+            last = held;
+            if held >= whole || (held > 0 && still >= 10) {
                 return Ok(());
             }
             anyhow::ensure!(
