@@ -18,17 +18,18 @@ pub struct BenchCluster {
     rt: tokio::runtime::Runtime,
 }
 
-/// Waits until the data server at `addr` has taken its whole cache's
-/// memory (`cache_bytes`; it does so in the background once started,
-/// `IodConfig::lazy_cache`), so that a measurement does not share the
-/// machine with it: the cost is the server's start, not its data path.
+/// Waits until the data server at `addr` has taken its cache's memory
+/// (all `cache_bytes`, or as much as it takes before it stops growing; it
+/// does so in the background once started, `IodConfig::lazy_cache`), so
+/// that a measurement does not share the machine with it: the cost is the
+/// server's start, not its data path.
 fn cache_taken(
     rt: &tokio::runtime::Runtime,
     addr: std::net::SocketAddr,
     secret: &Secret,
     cache_bytes: u64,
 ) -> Result<()> {
-    let whole = (cache_bytes / iod::IOD_BLOCK as u64).max(4) * iod::IOD_BLOCK as u64;
+    let whole = iod::cache_buffers(cache_bytes) as u64 * iod::IOD_BLOCK as u64;
     let (addr, secret) = (addr.to_string(), secret.clone());
     rt.block_on(async move {
         let c = parcache_proto::Client::connect(&addr, &secret).await?;

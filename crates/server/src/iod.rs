@@ -942,6 +942,12 @@ impl Handler for IodHandler {
     }
 }
 
+/// The buffers of a data server's cache of `cache_bytes` (of
+/// [`IOD_BLOCK`] each, at least 4).
+pub fn cache_buffers(cache_bytes: u64) -> usize {
+    (cache_bytes / IOD_BLOCK as u64).max(4) as usize
+}
+
 /// Buffers given memory at a time by [`take_cache_memory`] (4 MiB): a
 /// stop waits for one batch at most.
 const MEMORY_BATCH: usize = 64;
@@ -1031,7 +1037,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     });
     let cache = Driver::new(
         CacheConfig {
-            buffers: (cfg.cache_bytes / IOD_BLOCK as u64).max(4) as usize,
+            buffers: cache_buffers(cfg.cache_bytes),
             block_size: IOD_BLOCK,
             replacement: ReplacementKind::Lru,
             write: cfg.write_policy,
