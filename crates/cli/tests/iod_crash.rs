@@ -1,6 +1,7 @@
 //! The data server as a real process: acknowledged writes survive `kill -9`
 //! at random moments; a peer with the wrong secret is refused.
 
+use crate::common::minor_faults;
 use parcache_proto::{Client, Request, Response, Secret};
 use rand::{Rng, SeedableRng};
 use std::io::{BufRead, BufReader};
@@ -20,7 +21,23 @@ impl Iod {
     }
 
     fn start_with(dir: &Path, extra: &[&str]) -> Iod {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_parcache"))
+        Iod::start_in(dir, extra, None)
+    }
+
+    /// Started in the memory cgroup `cgroup` if given (the shell joins it,
+    /// then becomes the server).
+    fn start_in(dir: &Path, extra: &[&str], cgroup: Option<&MemCgroup>) -> Iod {
+        let mut cmd = match cgroup {
+            None => Command::new(env!("CARGO_BIN_EXE_parcache")),
+            Some(cg) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                    .arg(cg.dir.join("cgroup.procs"))
+                    .arg(env!("CARGO_BIN_EXE_parcache"));
+                c
+            }
+        };
+        let mut child = cmd
             .args(["iod", "--data", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(extra)
             .env("PARCACHE_LOG", "warn")
@@ -583,14 +600,6 @@ async fn buffered_writes_and_cuts_survive_kill_9_with_direct_writes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Minor page faults of process `pid` so far (`/proc/PID/stat`, field 10).
-fn minor_faults(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // After the command's name, which is in parentheses.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    rest.split_whitespace().nth(7).unwrap().parse().unwrap()
-}
-
 /// A data server takes its whole cache's memory once it has started, so
 /// the whole blocks it then caches cost it no page fault (issue 14: on
 /// this machine a fresh page's fault cost a new server a quarter of its
@@ -656,4 +665,107 @@ async fn a_data_server_takes_its_cache_memory_at_start_unless_lazy() {
         drop(iod);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// A memory cgroup of this test's own (v2, or v1's `memory` hierarchy),
+/// removed when dropped (after what ran in it has ended).
+struct MemCgroup {
+    dir: PathBuf,
+}
+
+impl MemCgroup {
+    /// A child of this process's cgroup limited to `limit` bytes; `None`
+    /// where none can be made (not root, no memory controller).
+    fn make(name: &str, limit: u64) -> Option<MemCgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let name = format!("parcache-{name}-{}", std::process::id());
+        for line in own.lines() {
+            let mut f = line.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?.trim_start_matches('/'));
+            let (base, files) = match controllers {
+                "" => (
+                    PathBuf::from("/sys/fs/cgroup"),
+                    ("memory.max", "cgroup.subtree_control"),
+                ),
+                c if c.split(',').any(|c| c == "memory") => (
+                    PathBuf::from("/sys/fs/cgroup").join(c),
+                    ("memory.limit_in_bytes", "memory.limit_in_bytes"),
+                ),
+                _ => continue,
+            };
+            let parent = base.join(path);
+            // v2: only where the parent hands the memory controller down.
+            let hands = std::fs::read_to_string(parent.join(files.1)).unwrap_or_default();
+            if controllers.is_empty() && !hands.split_whitespace().any(|c| c == "memory") {
+                continue;
+            }
+            let dir = parent.join(&name);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            let cg = MemCgroup { dir };
+            if std::fs::write(cg.dir.join(files.0), limit.to_string()).is_ok() {
+                return Some(cg);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        // Empty once its processes have been reaped; a moment for the
+        // kernel to see it so.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A data server in a memory cgroup limited below its cache's size takes
+/// memory ahead only while an eighth of the limit (at least 512 MiB) stays
+/// free there, and keeps serving: taking its whole cache at start, it had
+/// met the cgroup's out-of-memory killer before a client came (the
+/// forty-third session's room check read the host's memory only). Needs
+/// root and a memory cgroup; says so and skips without.
+#[tokio::test]
+async fn a_data_server_in_a_small_memory_cgroup_takes_only_what_it_may() {
+    let limit: u64 = 1 << 30;
+    let Some(cg) = MemCgroup::make("iod-room", limit) else {
+        eprintln!("skipped: no memory cgroup can be made here (needs root and a memory controller)");
+        return;
+    };
+    let dir = temp_dir("iod-cgroup");
+    let secret = Secret::generate();
+    secret.save(&dir.join("secret")).unwrap();
+    let mut iod = Iod::start_in(&dir, &["--cache-mib", "2048"], Some(&cg));
+    let c = Client::connect(&iod.addr, &secret).await.unwrap();
+    // Until the taking has begun and stopped: the same figure, not 0,
+    // for half a second.
+    let t = std::time::Instant::now();
+    let mut held = (0, stats(&c).await.cache_memory_bytes);
+    while (held.0 != held.1 || held.1 == 0) && t.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        held = (held.1, stats(&c).await.cache_memory_bytes);
+    }
+    assert!(iod.child.try_wait().unwrap().is_none(), "the server lives");
+    let held = held.1;
+    assert!(held >= 128 << 20, "it took memory ahead: {} MiB", held >> 20);
+    assert!(
+        held <= limit - (512 << 20),
+        "{} MiB taken in a cgroup of {} MiB",
+        held >> 20,
+        limit >> 20
+    );
+    // It serves: a block written and read back.
+    let data = vec![7u8; 1 << 20];
+    put(&c, 9, 0, &data).await;
+    assert_eq!(get(&c, 9, 0, 1 << 20).await, data);
+    drop(c);
+    drop(iod);
+    drop(cg);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

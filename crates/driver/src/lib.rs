@@ -13,6 +13,7 @@
 mod below;
 pub mod handover;
 mod join;
+pub mod take_ahead;
 
 pub use below::{Below, BelowError};
 pub use join::join_all;

@@ -30,7 +30,7 @@ use crate::incarnation::Incarnation;
 use crate::read_queue::ReadQueue;
 use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
-use parcache_driver::{Below, BelowError, Driver, Placed};
+use parcache_driver::{take_ahead::take_ahead, Below, BelowError, Driver, Placed};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
 use parcache_store::{BlockStore, ChunkStore, Entry, FileMedia, GroupLog, Wal};
@@ -62,7 +62,7 @@ pub struct IodConfig {
     pub page_cache_reads: bool,
     /// Let the cache take its memory as blocks fill it. By default the
     /// server takes all of it once it has started, in the background
-    /// ([`take_cache_memory`]), as a database takes its buffer pool: the
+    /// ([`parcache_driver::take_ahead`]), as a database takes its buffer pool: the
     /// kernel's first touch of each page then costs nothing later, on
     /// the data path.
     pub lazy_cache: bool,
@@ -948,74 +948,6 @@ pub fn cache_buffers(cache_bytes: u64) -> usize {
     (cache_bytes / IOD_BLOCK as u64).max(4) as usize
 }
 
-/// Buffers given memory at a time by [`take_cache_memory`] (4 MiB): a
-/// stop waits for one batch at most.
-const MEMORY_BATCH: usize = 64;
-
-/// Gives the server's cache all its memory, a batch at a time, while the
-/// server runs (its first touch of each page costs the kernel a fault:
-/// paid here, once, instead of on the data path; issue 14, the
-/// forty-third session in `bench/README.md`). Ends when every buffer has
-/// memory, or the server is gone.
-fn take_cache_memory(iod: std::sync::Weak<Iod>) {
-    let t = std::time::Instant::now();
-    let mut taken = 0;
-    while let Some(iod) = iod.upgrade() {
-        if let Some((available, total)) = host_memory() {
-            // A cache sized past what the host has to spare (or several
-            // servers on one host) must not take the host's last memory
-            // at start: the rest comes as blocks fill the cache, as with
-            // `--lazy-cache`.
-            if !room_to_take(available, total) {
-                tracing::warn!(
-                    "cache memory: took {} MiB, then stopped: the host has {} MiB of {} available; the rest is taken as blocks fill the cache",
-                    taken >> 20,
-                    available >> 20,
-                    total >> 20
-                );
-                return;
-            }
-        }
-        match iod.cache.take_memory(MEMORY_BATCH) {
-            0 => {
-                tracing::info!(
-                    "cache memory taken: {} MiB in {:.2} s",
-                    taken >> 20,
-                    t.elapsed().as_secs_f64()
-                );
-                return;
-            }
-            n => taken += n,
-        }
-    }
-}
-
-/// Whether a data server may take more memory ahead for its cache with
-/// `available` of the host's `total` bytes free: while an eighth of it
-/// (at least 512 MiB) stays free.
-fn room_to_take(available: u64, total: u64) -> bool {
-    available >= (total / 8).max(512 << 20)
-}
-
-/// The host's available and total memory in bytes (`/proc/meminfo`), if
-/// it says.
-fn host_memory() -> Option<(u64, u64)> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = info.lines().find(|l| l.starts_with(name))?;
-        Some(
-            line[name.len()..]
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()?
-                << 10,
-        )
-    };
-    Some((field("MemAvailable:")?, field("MemTotal:")?))
-}
-
 /// Opens the stores (replaying the log) and binds. Await `served` to run.
 pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
     let lock = crate::lock_dir(&cfg.data_dir, "data server")?;
@@ -1085,8 +1017,14 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         }
     }
     if !cfg.lazy_cache {
+        // Its first touch of each page costs the kernel a fault: paid
+        // here, once, while the server serves, not on the data path.
         let weak = Arc::downgrade(&iod);
-        tokio::task::spawn_blocking(move || take_cache_memory(weak));
+        tokio::task::spawn_blocking(move || {
+            take_ahead("data server cache", |most| {
+                weak.upgrade().map(|iod| iod.cache.take_memory(most))
+            })
+        });
     }
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
@@ -1109,22 +1047,4 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         r
     });
     Ok(crate::Running { addr, stop, served })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Memory is taken ahead only while an eighth of the host's (at least
-    /// 512 MiB) stays available; this host's figures read.
-    #[test]
-    fn cache_memory_is_taken_ahead_only_while_the_host_has_room() {
-        let gib = 1u64 << 30;
-        assert!(room_to_take(8 * gib, 24 * gib));
-        assert!(room_to_take(3 * gib, 24 * gib));
-        assert!(!room_to_take(3 * gib - 1, 24 * gib));
-        assert!(!room_to_take(511 << 20, 2 * gib), "512 MiB at least");
-        let (available, total) = host_memory().expect("/proc/meminfo");
-        assert!(total > 0 && available <= total, "{available} of {total}");
-    }
 }

@@ -425,3 +425,12 @@ impl Drop for SmallDisk {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// The minor page faults process `pid` has taken so far (`/proc/PID/stat`,
+/// field 10).
+pub fn minor_faults(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command's name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(7).unwrap().parse().unwrap()
+}
