@@ -321,8 +321,17 @@ impl ParcacheMount {
                     .with_context(|| format!("{var}={v}"))?;
             }
         }
-        self.session = Some(Mount::new(fs, self.rt.handle().clone()).spawn(&self.at)?);
-        wait_mounted(&self.at)
+        self.session = Some(Mount::new(fs.clone(), self.rt.handle().clone()).spawn(&self.at)?);
+        wait_mounted(&self.at)?;
+        // As `parcache mount` does; waited for, as a data server's start is
+        // (`PARCACHE_LAZY_CACHE=1`: the pool takes it as blocks fill it).
+        if std::env::var_os("PARCACHE_LAZY_CACHE").is_none() {
+            let taking = self.rt.block_on(fs.take_cache_memory_ahead())?;
+            taking
+                .join()
+                .map_err(|_| anyhow::anyhow!("node cache: taking its memory ahead panicked"))?;
+        }
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use common::{chunk_counts, mounted, parcache, pattern, scratch, Mounted};
+use common::{chunk_counts, minor_faults, mounted, parcache, pattern, scratch, Mounted};
 
 struct Cluster(PathBuf);
 
@@ -3979,4 +3979,59 @@ fn a_readers_close_pushes_nothing() {
         "the O_RDWR close pushed"
     );
     finish(base, cluster, a, b);
+}
+
+/// A mount takes its node cache's memory (the pool of the root's policies,
+/// `--cache-mib`) once mounted, so a file it reads then fills the pool
+/// without a page fault a page (issue 14: a fresh pool had cost each
+/// random cold read 6–20 %); with `--lazy-cache` the pool's memory grows
+/// as blocks fill it. Both read the file's bytes back.
+#[test]
+fn a_mount_takes_its_node_cache_memory_once_mounted_unless_lazy() {
+    let (base, cluster) = up("mount-memory", "2");
+    let len = 16 << 20;
+    let data = pattern(len, 41);
+    let src = base.join("src");
+    std::fs::write(&src, &data).unwrap();
+    let (ok, _, err) = parcache(&[
+        "cp",
+        "--data",
+        cluster.0.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "pc:/f",
+    ]);
+    assert!(ok, "{err}");
+    let pages = len as u64 / 4096;
+    for lazy in [false, true] {
+        let mut args = vec!["--cache-mib", "32"];
+        if lazy {
+            args.push("--lazy-cache");
+        }
+        let m = Mounted::with_args(&cluster.0, base.join(format!("m{lazy}")), None, &args);
+        let pid = m.child.id();
+        // Taken in the background: until the mount holds the pool's 32
+        // MiB (unless lazy) and its faults stop for half a second.
+        let resident = || {
+            let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
+            statm.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+        };
+        let t = Instant::now();
+        let mut faults = (0, minor_faults(pid));
+        while (faults.0 != faults.1 || (!lazy && resident() < 32 << 20)) && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(500));
+            faults = (faults.1, minor_faults(pid));
+        }
+        let before = faults.1;
+        assert_eq!(std::fs::read(m.p("f")).unwrap(), data, "lazy {lazy}");
+        let faults = minor_faults(pid) - before;
+        eprintln!("lazy {lazy}: {faults} minor faults for {pages} pages read");
+        if lazy {
+            assert!(faults >= pages, "lazy: {faults} faults for {pages} pages read");
+        } else {
+            assert!(faults < pages / 2, "{faults} faults for {pages} pages read");
+        }
+        m.unmount();
+    }
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -472,6 +472,27 @@ impl Fs {
         Ok(pool)
     }
 
+    /// Takes the memory of the node cache's pool for the root directory's
+    /// policies (the pool most files use) ahead, on a thread of its own,
+    /// as a data server takes its cache's at start
+    /// ([`parcache_driver::take_ahead`]): filling the pool later costs
+    /// no page fault (a mount's fresh pool had cost each random cold read
+    /// 6–20 %; issue 14, the thirty-first session in `bench/README.md`).
+    /// For a node that lives long (a mount); a short copy would pay for
+    /// memory it does not use. The thread ends with the bytes it took.
+    pub async fn take_cache_memory_ahead(&self) -> Result<std::thread::JoinHandle<u64>> {
+        let settings = self.get_policy("/").await?;
+        let pool = Arc::downgrade(&self.pool(&FilePolicies::from_settings(&settings))?);
+        std::thread::Builder::new()
+            .name("cache-memory".into())
+            .spawn(move || {
+                parcache_driver::take_ahead::take_ahead("node cache", |most| {
+                    pool.upgrade().map(|p| p.take_memory(most))
+                })
+            })
+            .map_err(|e| FsError::Protocol(format!("node cache: no thread to take its memory ahead: {e}")))
+    }
+
     /// Makes everything the servers acknowledged durable: every data
     /// server syncs its write log, then the metadata server commits.
     pub async fn sync_all(&self) -> Result<()> {
