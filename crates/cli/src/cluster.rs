@@ -479,6 +479,9 @@ fn unmount_all(dir: &Path) -> Result<Vec<String>> {
 }
 
 pub fn down(a: DataArg) -> Result<()> {
+    if !cluster_file(&a.data).exists() {
+        return down_orphans(&a.data);
+    }
     let c = read_cluster(&a.data)?;
     let lost = unmount_all(&a.data)?;
     let running: Vec<u32> = c.pids.iter().copied().filter(|&p| alive(p)).collect();
@@ -544,6 +547,91 @@ pub fn down(a: DataArg) -> Result<()> {
         Ok(())
     } else {
         bail!("{} problem(s) while stopping (see above)", problems.len())
+    }
+}
+
+/// `down` where `DIR/cluster.json` is missing: the directory was removed
+/// (or emptied) under a running cluster, whose daemons then ran on with
+/// nothing left to find them by. Stops every `parcache` daemon and mount
+/// on this host whose `--data` lies in `dir` (SIGTERM, then SIGKILL after
+/// 30 s: there is no secret left to ask them with, and nothing left on
+/// the disk for them to keep); without any, the usual "no cluster here".
+fn down_orphans(dir: &Path) -> Result<()> {
+    let want = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // (pid, whether a mount)
+    let mut found: Vec<(u32, bool)> = Vec::new();
+    pids.sort_unstable();
+    for pid in pids {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+        // Only a cluster whose record is gone: `down` of a directory
+        // holding running clusters leaves them be.
+        match cluster_of(&cmdline, &cwd) {
+            Some((c, mount)) if pid != std::process::id() && c.starts_with(&want) && !cluster_file(&c).exists() => {
+                found.push((pid, mount))
+            }
+            _ => {}
+        }
+    }
+    if found.is_empty() {
+        read_cluster(dir)?;
+    }
+    eprintln!(
+        "parcache down: {} is gone, but {} parcache process(es) still run with their --data in {} (was the directory removed under them?): stopping {:?}",
+        cluster_file(dir).display(),
+        found.len(),
+        dir.display(),
+        found.iter().map(|f| f.0).collect::<Vec<_>>()
+    );
+    // The mounts first, while the servers still answer their last pushes.
+    for mounts in [true, false] {
+        let pids: Vec<u32> = found.iter().filter(|f| f.1 == mounts).map(|f| f.0).collect();
+        let left = stop_pids(&pids, Duration::from_secs(30));
+        if !left.is_empty() {
+            eprintln!("parcache down: {left:?} did not stop within 30 s of SIGTERM: killed");
+        }
+    }
+    println!("parcache cluster in {} stopped", dir.display());
+    Ok(())
+}
+
+/// The cluster directory of a `parcache iod`, `mds` or `mount` process
+/// that `up` started, from its `cmdline` (NUL-separated) and working
+/// directory `cwd`: a mount's `--data`, or the directory above a
+/// server's (`DIR/iod-N`, `DIR/mds`); with whether it is a mount. `None`
+/// for any other process.
+fn cluster_of(cmdline: &[u8], cwd: &Path) -> Option<(PathBuf, bool)> {
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<&Path> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| Path::new(std::ffi::OsStr::from_bytes(a)))
+        .collect();
+    if !args.first()?.file_name()?.as_bytes().starts_with(b"parcache") {
+        return None;
+    }
+    let role = args.get(1)?.to_str()?;
+    let data = args.windows(2).find(|w| w[0].as_os_str() == "--data")?[1];
+    // A removed working directory reads as "PATH (deleted)".
+    let cwd = cwd
+        .to_str()
+        .and_then(|c| c.strip_suffix(" (deleted)"))
+        .map_or(cwd, Path::new);
+    let data = cwd.join(data);
+    let name = data.file_name()?.to_str()?;
+    let server = name == "mds" || name.strip_prefix("iod-").is_some_and(|n| n.parse::<u32>().is_ok());
+    match role {
+        "mount" => Some((data, true)),
+        "iod" | "mds" if server => data.parent().map(|d| (d.to_path_buf(), false)),
+        _ => None,
     }
 }
 
@@ -873,4 +961,42 @@ fn print_status(r: &StatusReport) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_is_found_from_its_daemons_command_lines() {
+        let cmd = |args: &[&str]| args.join("\0").into_bytes();
+        let cwd = Path::new("/home/u");
+        let iod = cmd(&[
+            "/usr/bin/parcache",
+            "iod",
+            "--data",
+            "/tmp/pc/iod-2",
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        assert_eq!(cluster_of(&iod, cwd), Some((PathBuf::from("/tmp/pc"), false)));
+        let mds = cmd(&["parcache", "mds", "--data", "pc/mds"]);
+        assert_eq!(cluster_of(&mds, cwd), Some((PathBuf::from("/home/u/pc"), false)));
+        let gone = Path::new("/home/u (deleted)");
+        assert_eq!(cluster_of(&mds, gone), Some((PathBuf::from("/home/u/pc"), false)));
+        let mount = cmd(&["./target/release/parcache", "mount", "--data", "/tmp/pc", "/mnt"]);
+        assert_eq!(cluster_of(&mount, cwd), Some((PathBuf::from("/tmp/pc"), true)));
+        // A server started by hand in a directory of its own, another
+        // program, another command: none is a cluster's.
+        assert_eq!(
+            cluster_of(&cmd(&["parcache", "iod", "--data", "/srv/disk1"]), cwd),
+            None
+        );
+        assert_eq!(cluster_of(&cmd(&["vim", "iod", "--data", "/tmp/pc/iod-0"]), cwd), None);
+        assert_eq!(
+            cluster_of(&cmd(&["parcache", "cp", "--data", "/tmp/pc", "a", "b"]), cwd),
+            None
+        );
+        assert_eq!(cluster_of(b"", cwd), None);
+    }
 }

@@ -935,3 +935,36 @@ fn drop_caches_empties_the_data_servers_caches_and_loses_nothing() {
     let (ok, _, err) = parcache(&["drop-caches", "--data", c.d()]);
     assert!(!ok && err.contains("is stopped"), "{err}");
 }
+
+/// A cluster's directory removed under its running daemons and a mount
+/// (`rm -rf DIR`, a user's slip): `down --data DIR` finds them by their
+/// command lines and stops them, the mount's mount point freed too.
+/// Before, `down` said "no cluster here" and they ran on, found by nothing.
+/// A second `down` finds nothing and says so.
+#[test]
+fn down_stops_a_cluster_whose_directory_was_removed_under_it() {
+    let c = Cluster::up("orphans", 2);
+    let pids = c.pids();
+    let at = c.dir.with_extension("mnt");
+    let m = common::Mounted::new(&c.dir, at.clone());
+    let mount_pid = m.child.id();
+    std::fs::remove_dir_all(&c.dir).unwrap();
+    let (ok, out, err) = parcache(&["down", "--data", c.d()]);
+    assert!(ok, "down: {out}{err}");
+    assert!(err.contains("is gone") && err.contains(&pids[0].to_string()), "{err}");
+    let t = std::time::Instant::now();
+    while pids
+        .iter()
+        .chain([&mount_pid])
+        .any(|&p| std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| !s.contains(") Z ")))
+    {
+        assert!(t.elapsed() < Duration::from_secs(40), "still running after down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!common::mounted(&at), "the mount point is free");
+    drop(m);
+    let (ok, _, err) = parcache(&["down", "--data", c.d()]);
+    assert!(!ok && err.contains("no cluster here"), "{err}");
+    // Its Drop's `down` fails, and finds no pids to kill (cluster.json gone).
+    std::mem::forget(c);
+}
