@@ -943,7 +943,7 @@ fn drop_caches_empties_the_data_servers_caches_and_loses_nothing() {
 /// A second `down` finds nothing and says so.
 #[test]
 fn down_stops_a_cluster_whose_directory_was_removed_under_it() {
-    let c = Cluster::up("orphans", 2);
+    let c = Cluster::up("removed-dir", 2);
     let pids = c.pids();
     let at = c.dir.with_extension("mnt");
     let m = common::Mounted::new(&c.dir, at.clone());
