@@ -704,7 +704,17 @@ impl MemCgroup {
                 continue;
             }
             let cg = MemCgroup { dir };
-            if std::fs::write(cg.dir.join(files.0), limit.to_string()).is_ok() {
+            // And a process may join it (v2 refuses one where its parent
+            // has processes of its own and hands controllers down).
+            let joins = || {
+                Command::new("sh")
+                    .args(["-c", "echo $$ > \"$0\""])
+                    .arg(cg.dir.join("cgroup.procs"))
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            if std::fs::write(cg.dir.join(files.0), limit.to_string()).is_ok() && joins() {
                 return Some(cg);
             }
         }
