@@ -2788,6 +2788,105 @@ fn a_name_this_node_removed_is_answered_absent_without_the_metadata_server() {
     finish(base, cluster, a, b);
 }
 
+/// A node holding a directory alone makes new files there before the
+/// metadata server has them (creates behind: mdtest's create phase and a
+/// small file's create cost no round trip of their own; the server gets
+/// them together, or each with its content at its close). Another node's
+/// request touching the directory calls it back first, so it sees every
+/// one, and each file's content from its close on (close-to-open); the
+/// node's own later requests see them too (an unlink at once, a rename, a
+/// file grown past what the metadata server keeps).
+#[test]
+fn creates_answered_before_the_server_has_them_are_seen_everywhere() {
+    let (base, cluster, a, b) = two_nodes("create-behind", "2");
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    std::fs::create_dir(a.p("d")).unwrap();
+    // The second create in a row takes the hold and the handles.
+    std::fs::write(a.p("d/f0"), b"zero").unwrap();
+    std::fs::write(a.p("d/f1"), b"one").unwrap();
+    let (pa, pb) = (a.p("d"), b.p("d"));
+    let on_b = while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+        for i in 2..7 {
+            std::fs::File::create(pa.join(format!("e{i}")))?;
+        }
+        // b asks while a's creates wait at the stopped server too.
+        Ok(std::thread::spawn(move || std::fs::metadata(pb.join("e4"))))
+    })
+    .expect("a create in a directory held alone waited for the metadata server");
+    assert_eq!(
+        on_b.join()
+            .unwrap()
+            .expect("e4, made on a, asked for on b meanwhile")
+            .len(),
+        0
+    );
+    // b called a back; a takes the directory again after a while.
+    for i in 2..7 {
+        assert!(b.p(&format!("d/e{i}")).exists(), "e{i}, made on a, seen on b");
+    }
+    std::fs::create_dir(a.p("c")).unwrap();
+    for i in 0..60 {
+        std::fs::write(a.p(&format!("c/f{i}")), vec![i as u8; 4096]).unwrap();
+    }
+    for i in (0..60).step_by(7) {
+        assert_eq!(
+            std::fs::read(b.p(&format!("c/f{i}"))).unwrap(),
+            vec![i as u8; 4096],
+            "c/f{i}, made, written and closed on a, read on b"
+        );
+    }
+    let mut listed: Vec<String> = std::fs::read_dir(b.p("c"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    let mut all: Vec<String> = (0..60).map(|i| format!("f{i}")).collect();
+    all.sort();
+    assert_eq!(listed, all, "b's listing after a's creates");
+
+    // A directory only a uses: its own requests see each file made behind.
+    std::fs::create_dir(a.p("own")).unwrap();
+    for i in 0..40 {
+        std::fs::write(a.p(&format!("own/g{i}")), format!("g{i}")).unwrap();
+    }
+    for i in 0..40 {
+        let g = a.p(&format!("own/g{i}"));
+        assert_eq!(std::fs::read_to_string(&g).unwrap(), format!("g{i}"));
+        match i % 4 {
+            0 => std::fs::remove_file(&g).unwrap(),
+            1 => std::fs::rename(&g, a.p(&format!("own/moved{i}"))).unwrap(),
+            2 => {
+                let big: Vec<u8> = (0..200_000u32).map(|x| (x % 251) as u8).collect();
+                std::fs::write(&g, &big).unwrap();
+            }
+            _ => {}
+        }
+    }
+    // A file made behind and written past what the metadata server keeps.
+    let big: Vec<u8> = (0..300_000u32).map(|x| (x % 253) as u8).collect();
+    std::fs::write(a.p("own/big"), &big).unwrap();
+    let mut listed: Vec<String> = std::fs::read_dir(b.p("own"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = (0..40)
+        .filter_map(|i| match i % 4 {
+            0 => None,
+            1 => Some(format!("moved{i}")),
+            _ => Some(format!("g{i}")),
+        })
+        .chain(["big".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(listed, want, "b's listing of what a made, moved and removed");
+    assert_eq!(std::fs::read(b.p("own/big")).unwrap(), big, "big, made behind on a");
+    assert_eq!(std::fs::read(b.p("own/g2")).unwrap().len(), 200_000);
+    assert_eq!(std::fs::read_to_string(b.p("own/moved5")).unwrap(), "g5");
+    assert_eq!(std::fs::read_to_string(b.p("own/g7")).unwrap(), "g7");
+    finish(base, cluster, a, b);
+}
+
 /// A node holding a directory alone answers its unlinks there before the
 /// metadata server has them (mdtest's remove phase: one FUSE request each,
 /// not a round trip more). Another node's request touching the directory

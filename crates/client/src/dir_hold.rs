@@ -11,11 +11,12 @@
 //! kernel serialises unlinks in a directory, so without this a removal
 //! costs a whole round trip to the metadata server (mdtest's remove phase).
 
+use crate::files::view;
 use crate::{Fs, FsError, Result};
 use parcache_core::consistency::dir_hold::HOLD;
-use parcache_proto::{show_name, Attr, FileKind, Request, Response};
+use parcache_proto::{show_name, Attr, Behind, FileKind, Request, Response};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -28,8 +29,20 @@ const SLACK: Duration = Duration::from_secs(2);
 const MOST_PENDING: usize = 64;
 /// Names of a directory this node lists to hold it, at most.
 const MOST_NAMES: usize = 16_384;
-/// A directory is asked for at an unlink this soon after another there.
+/// A directory is asked for at an unlink or create this soon after
+/// another there.
 const BUSY: Duration = Duration::from_secs(1);
+/// Files made behind and not yet made at the metadata server, at most;
+/// past it a create is made the usual way (after them).
+const MOST_BEHIND: usize = 256;
+/// Creates behind sent in one request at most; this many queued are sent
+/// at once.
+const CREATES_BATCH: usize = 64;
+/// How long a create behind waits for others to join it (and for its
+/// file's close, which then carries its content in the same request).
+const CREATE_WAIT: Duration = Duration::from_millis(2);
+/// Handles asked for at a time for creates behind.
+const HANDLES_AT_ONCE: u32 = 256;
 /// A directory called back is not asked for again for this long (another
 /// node is using it: each would call the other back in turn).
 const BACK_OFF: Duration = Duration::from_secs(5);
@@ -45,6 +58,8 @@ pub(crate) struct DirHolds {
     state: Mutex<State>,
     /// Wakes requests waiting for the unlinks under way to be done.
     done: Notify,
+    /// Sends the creates behind queued now, without waiting for more.
+    kick: Notify,
 }
 
 #[derive(Default)]
@@ -64,6 +79,15 @@ struct State {
     queued: Vec<(u64, Vec<u8>, u64)>,
     /// A task is sending `queued`.
     sending: bool,
+    /// Handles the metadata server gave this node for creates behind.
+    handles: Vec<u64>,
+    /// Files made here behind, not yet made at the metadata server (queued
+    /// or sent), each with its directory; counted in `pending` too.
+    behind: HashMap<u64, u64>,
+    /// Those not sent yet, in order: (directory, the file).
+    creates: Vec<(u64, Behind)>,
+    /// A task is sending `creates`.
+    creating: bool,
 }
 
 /// This node's changes of a directory's names answered while it was being
@@ -85,7 +109,33 @@ struct Held {
     /// The names of what is not a directory, each with its file's handle
     /// (0: not known).
     names: HashMap<Vec<u8>, u64>,
+    /// The names of directories in it (with `names`, every name in it).
+    dirs: HashSet<Vec<u8>>,
     attr: Option<Attr>,
+    /// The directory's policy settings, which a file made here behind
+    /// takes (`None`: not known; no create behind then).
+    settings: Option<Vec<(String, String)>>,
+}
+
+/// What a held directory is, as a hold's asking found it: the names of
+/// files (with handles), the names of directories, its attributes and
+/// its policy settings.
+pub(crate) type Listing = (
+    HashMap<Vec<u8>, u64>,
+    HashSet<Vec<u8>>,
+    Attr,
+    Option<Vec<(String, String)>>,
+);
+
+/// A file made behind ([`DirHolds::make`]): its handle, the directory's
+/// attributes after (if known), the directory's settings and owner, and
+/// whether a sender must be started.
+pub(crate) struct Made {
+    pub handle: u64,
+    pub parent: Option<Attr>,
+    pub settings: Vec<(String, String)>,
+    pub owner: (u32, u32),
+    pub start: bool,
 }
 
 /// A held directory's attributes after a change of its names this node
@@ -111,9 +161,10 @@ impl DirHolds {
         }
         let h = s.held.get_mut(&dir)?;
         let &handle = h.names.get(name)?;
-        if Instant::now() + SLACK >= h.until || open(handle) {
+        if Instant::now() + SLACK >= h.until || open(handle) || s.behind.contains_key(&handle) {
             return None;
         }
+        let h = s.held.get_mut(&dir)?;
         h.names.remove(name);
         let attr = h.attr.as_mut().map(|a| {
             changed_here(a);
@@ -148,12 +199,12 @@ impl DirHolds {
     /// `attr`, with this node's changes answered meanwhile applied, unless
     /// it was called back meanwhile (since `sent`) or one of those changes
     /// failed; if not held, not asked for again for a while.
-    fn asked(&self, dir: u64, sent: Instant, got: Option<(HashMap<Vec<u8>, u64>, Attr)>) {
+    fn asked(&self, dir: u64, sent: Instant, got: Option<Listing>) {
         let mut s = self.state.lock();
         let noted = s.asking.remove(&dir).unwrap_or_default();
         let recalled = s.recalled.get(&dir).is_some_and(|&t| t >= sent);
         match got {
-            Some((mut names, attr)) if !recalled && !noted.lost => {
+            Some((mut names, dirs, attr, settings)) if !recalled && !noted.lost => {
                 if s.recalled.len() > 1024 {
                     s.recalled.clear();
                 }
@@ -168,7 +219,9 @@ impl DirHolds {
                     Held {
                         until: sent + Duration::from_nanos(HOLD.0),
                         names,
+                        dirs,
                         attr: noted.attr.unwrap_or(Some(attr)),
+                        settings,
                     },
                 );
             }
@@ -226,6 +279,8 @@ impl DirHolds {
         if self.state.lock().pending == 0 {
             return;
         }
+        // Creates behind waiting for others to join go now.
+        self.kick.notify_one();
         loop {
             let woken = self.done.notified();
             tokio::pin!(woken);
@@ -250,6 +305,131 @@ impl DirHolds {
         }
     }
 
+    /// Makes `name` in held directory `dir` behind, with the next handle
+    /// given for it, if this node holds `dir` with time to spare, knows
+    /// every name in it and its policies, `name` is not one of them, no
+    /// unlink behind is under way (it might be of the same name) and not
+    /// too many files made behind are; queues the create. `Err(true)`:
+    /// not made, for want of a handle; `Err(false)`: not made.
+    pub(crate) fn make(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        servers: u32,
+    ) -> std::result::Result<Made, bool> {
+        let mut s = self.state.lock();
+        if s.pending > s.behind.len() || s.behind.len() >= MOST_BEHIND || servers == 0 {
+            return Err(false);
+        }
+        let h = s.held.get(&dir).ok_or(false)?;
+        if Instant::now() + SLACK >= h.until
+            || h.names.contains_key(name)
+            || h.dirs.contains(name)
+            || h.settings.is_none()
+        {
+            return Err(false);
+        }
+        let owner = match (owner, &h.attr) {
+            (Some(o), _) => o,
+            (None, Some(a)) => (a.uid, a.gid),
+            (None, None) => return Err(false),
+        };
+        let handle = s.handles.pop().ok_or(true)?;
+        let h = s.held.get_mut(&dir).expect("held, just seen");
+        h.names.insert(name.to_vec(), handle);
+        let parent = h.attr.as_mut().map(|a| {
+            changed_here(a);
+            a.clone()
+        });
+        let settings = h.settings.clone().expect("known, just seen");
+        s.behind.insert(handle, dir);
+        s.pending += 1;
+        s.creates.push((
+            dir,
+            Behind {
+                name: name.to_vec(),
+                handle,
+                mode: mode & 0o7777,
+                uid: owner.0,
+                gid: owner.1,
+                first_server: (handle % servers as u64) as u32,
+                size: 0,
+            },
+        ));
+        let start = !std::mem::replace(&mut s.creating, true);
+        Ok(Made {
+            handle,
+            parent,
+            settings,
+            owner,
+            start,
+        })
+    }
+
+    /// Handles the metadata server gave this node for creates behind.
+    pub(crate) fn add_handles(&self, first: u64, count: u32) {
+        let mut s = self.state.lock();
+        s.handles.extend((first..first + count as u64).rev());
+    }
+
+    /// Whether `handle` is a file made behind that the metadata server has
+    /// not answered yet.
+    pub(crate) fn is_behind(&self, handle: u64) -> bool {
+        self.state.lock().behind.contains_key(&handle)
+    }
+
+    /// Takes the create of `handle` out of the queue, not sent yet, to be
+    /// sent now with the file's content (its close); its directory.
+    pub(crate) fn take_create(&self, handle: u64) -> Option<(u64, Behind)> {
+        let mut s = self.state.lock();
+        let at = s.creates.iter().position(|(_, b)| b.handle == handle)?;
+        Some(s.creates.remove(at))
+    }
+
+    /// Whether as many creates are queued as one request takes.
+    fn creates_full(&self) -> bool {
+        self.state.lock().creates.len() >= CREATES_BATCH
+    }
+
+    /// The next creates behind to send together: the first queued one's
+    /// directory and those queued in it, in order (`None`: nothing is
+    /// queued, and the sender stops).
+    fn next_creates(&self) -> Option<(u64, Vec<Behind>)> {
+        let mut s = self.state.lock();
+        let Some(&(dir, _)) = s.creates.first() else {
+            s.creating = false;
+            return None;
+        };
+        let mut same = Vec::new();
+        let mut rest = Vec::new();
+        for (d, b) in std::mem::take(&mut s.creates) {
+            if d == dir && same.len() < CREATES_BATCH * 4 {
+                same.push(b);
+            } else {
+                rest.push((d, b));
+            }
+        }
+        s.creates = rest;
+        Some((dir, same))
+    }
+
+    /// The metadata server answered the create behind of `handle` (`ok`:
+    /// made): it is under way no more. A refused one leaves the directory
+    /// not held (its names are not known for sure any more).
+    fn created(&self, handle: u64, ok: bool) {
+        let mut s = self.state.lock();
+        if let Some(dir) = s.behind.remove(&handle) {
+            if !ok {
+                s.held.remove(&dir);
+            }
+            s.pending -= 1;
+        }
+        drop(s);
+        self.done.notify_waiters();
+    }
+
     /// Whether this node holds `dir` (or is asking for it): a callback of
     /// it is then a callback of the hold.
     fn involved(&self, dir: u64) -> bool {
@@ -268,6 +448,9 @@ impl DirHolds {
                 s.recalled.insert(d, now);
             }
             None => {
+                // The server may have restarted: the handles it gave are
+                // gone with it.
+                s.handles.clear();
                 let mut all: Vec<u64> = s.held.drain().map(|(d, _)| d).collect();
                 all.extend(s.asking.keys().copied());
                 for d in all {
@@ -323,9 +506,11 @@ impl DirHolds {
             _ => (None, None),
         };
         let mut moved = 0;
+        let mut moved_dir = false;
         if let Some((dir, name)) = from {
             if let Some(h) = s.held.get_mut(&dir) {
                 moved = h.names.remove(name).unwrap_or(0);
+                moved_dir = h.dirs.remove(name);
                 h.attr = parent_after.clone();
             } else if let Some(n) = s.asking.get_mut(&dir) {
                 n.names.push((name.to_vec(), None));
@@ -334,10 +519,14 @@ impl DirHolds {
         }
         if let Some((dir, name)) = to {
             let handle = match (req, added) {
+                (Rename { .. }, _) if moved_dir => None,
                 (Rename { .. }, _) => Some(moved),
                 (_, Some(a)) if a.kind != FileKind::Dir => Some(a.handle),
                 _ => None,
             };
+            // A directory named here (a mkdir, a directory renamed here; a
+            // rename from a directory not held may be one).
+            let a_dir = !name.is_empty() && handle.is_none() && matches!(req, Mkdir { .. } | Rename { .. });
             // A directory (or a rename of one) is not unlinked.
             let named = handle.filter(|_| !name.is_empty());
             if let Some(h) = s.held.get_mut(&dir) {
@@ -359,11 +548,17 @@ impl DirHolds {
                     Some(handle) => drop(h.names.insert(name.to_vec(), handle)),
                     None => drop(h.names.remove(name)),
                 }
+                if a_dir {
+                    h.dirs.insert(name.to_vec());
+                }
             } else if let Some(n) = s.asking.get_mut(&dir) {
                 n.attr = Some(parent_after);
                 if !name.is_empty() {
                     n.names.push((name.to_vec(), named));
                 }
+                // Whether the listing shows the new directory is not
+                // known: the names are not known for sure.
+                n.lost |= a_dir;
             }
         }
     }
@@ -483,7 +678,7 @@ impl Fs {
 
     /// Asks the metadata server for `dir` alone, then lists its names;
     /// the names and the directory's attributes.
-    async fn hold_dir(&self, dir: u64) -> Result<(HashMap<Vec<u8>, u64>, Attr)> {
+    async fn hold_dir(&self, dir: u64) -> Result<Listing> {
         let what = format!("directory {}", self.what(dir));
         self.holds.settled().await;
         // This node's changes of the directory answered from here on (by
@@ -495,12 +690,183 @@ impl Fs {
         let attr = self.md_attr(&what, Request::HoldDir { dir }).await?;
         let entries = self.list_entries(dir, MOST_NAMES).await?;
         let entries = entries.ok_or_else(|| FsError::Protocol(format!("{what}: too many names to hold")))?;
-        let names = entries
-            .into_iter()
-            .filter(|e| e.kind != FileKind::Dir)
-            .map(|e| (e.name, e.handle))
-            .collect();
-        Ok((names, attr))
+        let (subdirs, files): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.kind == FileKind::Dir);
+        let names = files.into_iter().map(|e| (e.name, e.handle)).collect();
+        let dirs = subdirs.into_iter().map(|e| e.name).collect();
+        // What a file made here behind takes (a change of them calls the
+        // hold back first).
+        let settings = match self.md(&what, Request::GetPolicy { handle: dir }).await {
+            Ok(Response::Policies(p)) => Some(p),
+            _ => None,
+        };
+        Ok((names, dirs, attr, settings))
+    }
+
+    /// Makes a file `name` in `dir` before the metadata server has it, if
+    /// this node holds `dir` (asking for it first if worth it) and knows
+    /// `name` is not there: a create behind (as CephFS's asynchronous
+    /// creates, with handles the server gave this node ahead). The server
+    /// gets it a moment later with others made meanwhile in one request,
+    /// or with its content at its close ([`Fs::create_with_content`]);
+    /// every other request of this node's to the server waits for it, and
+    /// another node's that touches the directory calls this node back,
+    /// answered only once the server has it: nobody sees the directory
+    /// without it. `owner`: its owner and group (else the directory's).
+    /// `Ok(None)`: not made, make it the usual way. `Ok(Some((file,
+    /// directory after)))`: made.
+    pub async fn create_behind(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Option<(Attr, Option<Attr>)>> {
+        // A name the server would refuse goes the usual way, for its error.
+        let valid = !name.is_empty()
+            && name.len() <= parcache_proto::NAME_MAX
+            && name != b"."
+            && name != b".."
+            && !name.contains(&b'/')
+            && !name.contains(&0);
+        if !self.leasing() || !valid {
+            return Ok(None);
+        }
+        let servers = self.data.servers() as u32;
+        let mut made = self.holds.make(dir, name, mode, owner, servers);
+        if matches!(made, Err(false)) && self.holds.ask(dir) {
+            let sent = Instant::now();
+            let got = self.hold_dir(dir).await;
+            self.holds.asked(dir, sent, got.ok());
+            made = self.holds.make(dir, name, mode, owner, servers);
+        }
+        if matches!(made, Err(true)) {
+            // For want of a handle: a batch of them, then once more.
+            match self.mds.call(&Request::Handles { count: HANDLES_AT_ONCE }, &[]).await {
+                Ok((Response::Reserved { first, count }, _)) => self.holds.add_handles(first, count),
+                Ok((other, _)) => {
+                    tracing::debug!("handles for creates behind: {other:?}");
+                    return Ok(None);
+                }
+                Err(e) => {
+                    tracing::debug!("handles for creates behind: {e}");
+                    return Ok(None);
+                }
+            }
+            made = self.holds.make(dir, name, mode, owner, servers);
+        }
+        let Ok(made) = made else {
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let s = self.holds.state.lock();
+                let h = s.held.get(&dir);
+                tracing::debug!(
+                    "create of '{}' not made behind: {} under way, {} behind, held {}, settings known {:?}, handles {}",
+                    show_name(name),
+                    s.pending,
+                    s.behind.len(),
+                    h.is_some(),
+                    h.map(|h| h.settings.is_some()),
+                    s.handles.len()
+                );
+            }
+            return Ok(None);
+        };
+        let t = parcache_proto::Timestamp::now();
+        let (unit, width) = parcache_core::catalogue::stripe(&made.settings, servers);
+        let first = (made.handle % servers as u64) as u32;
+        let attr = Attr {
+            handle: made.handle,
+            kind: FileKind::File,
+            mode: mode & 0o7777,
+            uid: made.owner.0,
+            gid: made.owner.1,
+            size: 0,
+            nlink: 1,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            version: parcache_proto::FIRST_VERSION,
+            layout: Some(parcache_proto::Layout::round_robin(unit, width, servers, first)),
+            rdev: 0,
+        };
+        self.name(&attr, &show_name(name));
+        let learnt = self.learn(&attr, &made.settings);
+        self.data.created(attr.handle);
+        if made.start {
+            if let Some(fs) = self.me.upgrade() {
+                tokio::spawn(fs.send_creates());
+            }
+        }
+        learnt?;
+        Ok(Some((attr, made.parent)))
+    }
+
+    /// Sends the creates behind as they queue up: those of one directory
+    /// queued within [`CREATE_WAIT`] of each other (or until a request
+    /// waits for them) go in one request, the next batch once the last is
+    /// answered.
+    async fn send_creates(self: std::sync::Arc<Self>) {
+        loop {
+            if !self.holds.creates_full() {
+                tokio::select! {
+                    _ = self.holds.kick.notified() => {}
+                    _ = tokio::time::sleep(CREATE_WAIT) => {}
+                }
+            }
+            let Some((dir, files)) = self.holds.next_creates() else {
+                return;
+            };
+            let handles: Vec<u64> = files.iter().map(|f| f.handle).collect();
+            let req = Request::CreatesBehind { parent: dir, files };
+            self.made_behind(&req, &handles, &[], 0).await;
+        }
+    }
+
+    /// Sends creates behind `req` (of the files `handles`; `content`
+    /// their payload, `upto` the writes of the one file it carries the
+    /// content of) and takes in the answers; the answer for each.
+    pub(crate) async fn made_behind(
+        &self,
+        req: &Request,
+        handles: &[u64],
+        content: &[u8],
+        upto: u64,
+    ) -> Vec<Option<Attr>> {
+        let before = self.mds.change_count();
+        let sent = self.mds.call(req, content).await;
+        self.names_changed(req, before);
+        let answers: Vec<std::result::Result<Attr, String>> = match sent {
+            Ok((Response::Each(each), _)) if each.len() == handles.len() => each
+                .into_iter()
+                .map(|r| match r {
+                    Response::Created { attr, .. } => Ok(attr),
+                    other => Err(format!("{other:?}")),
+                })
+                .collect(),
+            Ok((other, _)) => vec![Err(format!("{other:?}")); handles.len()],
+            Err(e) => vec![Err(format!("lost: {e}")); handles.len()],
+        };
+        let mut out = Vec::with_capacity(handles.len());
+        for (&handle, answer) in handles.iter().zip(answers) {
+            match answer {
+                Ok(attr) => {
+                    let upto = if content.is_empty() { 0 } else { upto };
+                    self.with_file(handle, |_, f| f.made_behind(upto, view(&attr)));
+                    self.changed_here(handle, before);
+                    self.holds.created(handle, true);
+                    out.push(Some(attr));
+                }
+                Err(why) => {
+                    tracing::error!(
+                        "{}, made before the metadata server had it, was not made there: {why}",
+                        self.what(handle)
+                    );
+                    self.lost_behind(handle, &why);
+                    self.holds.created(handle, false);
+                    out.push(None);
+                }
+            }
+        }
+        out
     }
 
     /// The metadata server called back `handle`: if it is a directory
@@ -546,7 +912,11 @@ mod tests {
 
     fn held(h: &DirHolds, dir: u64, names: &[(&str, u64)]) {
         let names = names.iter().map(|(n, h)| (n.as_bytes().to_vec(), *h)).collect();
-        h.asked(dir, Instant::now(), Some((names, attr(dir, FileKind::Dir))));
+        h.asked(
+            dir,
+            Instant::now(),
+            Some((names, HashSet::new(), attr(dir, FileKind::Dir), Some(vec![]))),
+        );
     }
 
     fn closed(_: u64) -> bool {
@@ -567,7 +937,12 @@ mod tests {
         h.asked(
             1,
             sent,
-            Some((HashMap::from([(b"f".to_vec(), 5)]), attr(1, FileKind::Dir))),
+            Some((
+                HashMap::from([(b"f".to_vec(), 5)]),
+                HashSet::new(),
+                attr(1, FileKind::Dir),
+                None,
+            )),
         );
         assert_eq!(h.take(1, b"f", closed), None, "called back while asked for");
         assert!(!h.ask(1), "called back lately");
@@ -599,6 +974,82 @@ mod tests {
         h.finished();
         h.recalled(None);
         assert_eq!(h.take(1, b"g", closed), None, "the server was lost");
+    }
+
+    /// A file is made behind only in a held directory whose names and
+    /// policies are known, under a name none of its files or directories
+    /// has, with a handle given ahead, and not while an unlink behind is
+    /// under way; its name is known at once, its unlink waits for the
+    /// server's answer, and creates go by directory, in order.
+    #[test]
+    fn a_file_is_made_behind_only_under_a_new_name_in_a_known_directory() {
+        let h = DirHolds::default();
+        let names = HashMap::from([(b"f".to_vec(), 5)]);
+        let dirs = HashSet::from([b"sub".to_vec()]);
+        h.asked(
+            1,
+            Instant::now(),
+            Some((names, dirs, attr(1, FileKind::Dir), Some(vec![]))),
+        );
+        held(&h, 2, &[]);
+        h.asked(
+            3,
+            Instant::now(),
+            Some((HashMap::new(), HashSet::new(), attr(3, FileKind::Dir), None)),
+        );
+        let make = |dir, name: &str| h.make(dir, name.as_bytes(), 0o644, Some((7, 8)), 4).map(|m| m.handle);
+        assert_eq!(make(1, "new").err(), Some(true), "no handle yet");
+        h.add_handles(100, 3);
+        assert_eq!(make(1, "f").err(), Some(false), "a file's name");
+        assert_eq!(make(1, "sub").err(), Some(false), "a directory's name");
+        assert_eq!(
+            make(3, "new").err(),
+            Some(false),
+            "the directory's policies are not known"
+        );
+        assert_eq!(make(9, "new").err(), Some(false), "not held");
+        let m = h.make(1, b"new", 0o100644, Some((7, 8)), 4).expect("made");
+        assert_eq!((m.handle, m.owner), (100, (7, 8)), "the first handle given");
+        assert!(m.start, "the first starts the sender");
+        assert_eq!(m.parent.expect("the directory's attributes").version, 2);
+        assert_eq!(make(1, "new").err(), Some(false), "made once");
+        assert!(h.is_behind(100));
+        assert_eq!(
+            h.take(1, b"new", closed),
+            None,
+            "its unlink waits for the server's answer"
+        );
+        assert_eq!(make(2, "x"), Ok(101));
+        assert_eq!(make(1, "other"), Ok(102));
+        let (dir, batch) = h.next_creates().expect("queued");
+        assert_eq!(dir, 1);
+        let got: Vec<_> = batch
+            .iter()
+            .map(|b| (b.handle, b.mode, b.uid, b.gid, b.first_server))
+            .collect();
+        assert_eq!(got, vec![(100, 0o644, 7, 8, 0), (102, 0o644, 7, 8, 2)]);
+        assert_eq!(h.next_creates().map(|(d, b)| (d, b.len())), Some((2, 1)));
+        assert!(h.next_creates().is_none());
+        assert_eq!(h.state.lock().pending, 3);
+        for handle in [100, 101] {
+            h.created(handle, true);
+        }
+        h.created(102, false);
+        assert_eq!(h.state.lock().pending, 0);
+        assert!(
+            h.take(1, b"new", closed).is_none(),
+            "a refused create leaves the directory not held"
+        );
+        assert!(h.take(2, b"x", closed).is_some(), "made: its unlink goes behind");
+        h.add_handles(200, 1);
+        assert_eq!(make(2, "y").err(), Some(false), "an unlink behind is under way");
+        h.finished();
+        assert_eq!(make(2, "y"), Ok(200));
+        h.recalled(None);
+        assert!(
+            h.state.lock().handles.is_empty(),
+            "the server was lost: its handles too"
+        );
     }
 
     /// Unlinks answered here queue up while one batch is under way: the
@@ -761,7 +1212,7 @@ mod tests {
         h.note(&unlink, Some(&unlinked));
         // The listing shows some of them (made before it) and not others.
         let listed = HashMap::from([(b"listed".to_vec(), 8), (b"gone".to_vec(), 6), (b"old".to_vec(), 5)]);
-        h.asked(1, sent, Some((listed, attr(1, FileKind::Dir))));
+        h.asked(1, sent, Some((listed, HashSet::new(), attr(1, FileKind::Dir), None)));
         assert_eq!(h.take(1, b"gone", closed), None, "unlinked meanwhile");
         let (file, a) = h.take(1, b"new", closed).expect("made meanwhile");
         let a = a.expect("attributes");
@@ -781,7 +1232,11 @@ mod tests {
             },
             None,
         );
-        h.asked(2, sent, Some((HashMap::new(), attr(2, FileKind::Dir))));
+        h.asked(
+            2,
+            sent,
+            Some((HashMap::new(), HashSet::new(), attr(2, FileKind::Dir), None)),
+        );
         assert_eq!(h.take(2, b"x", closed), None, "a change lost meanwhile: not held");
         assert!(!h.ask(2), "nor asked for again soon");
     }

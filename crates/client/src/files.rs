@@ -66,7 +66,7 @@ pub(crate) struct FileState {
     lost: Option<String>,
 }
 
-fn view(a: &Attr) -> ServerView {
+pub(crate) fn view(a: &Attr) -> ServerView {
     ServerView {
         size: a.size,
         version: a.version,
@@ -343,7 +343,11 @@ impl Fs {
     }
 
     /// Runs `f` on the node's state of the file (if it has one).
-    fn with_file<T: Default>(&self, handle: u64, f: impl FnOnce(&Arc<dyn Consistency>, &mut NodeFile) -> T) -> T {
+    pub(crate) fn with_file<T: Default>(
+        &self,
+        handle: u64,
+        f: impl FnOnce(&Arc<dyn Consistency>, &mut NodeFile) -> T,
+    ) -> T {
         match self.files.lock().get_mut(&handle) {
             Some(st) => {
                 let before = st.file.opens;
@@ -964,6 +968,20 @@ impl Fs {
     /// report sends only bytes that changed meanwhile (another write of the
     /// file here), after the file is written out.
     async fn report_inline(&self, st: &FileState, handle: u64, latest: &mut Attr) -> Result<bool> {
+        if self.holds.is_behind(handle) {
+            let written = self.files.lock().get(&handle).is_some_and(|s| s.file.unreported());
+            if !written {
+                // Nothing to report (a shell's first close of a file it
+                // redirects to): its create may wait for its content.
+                return Ok(false);
+            }
+            if let Some(done) = self.create_with_content(st, handle, latest).await? {
+                return Ok(done);
+            }
+            // Its create is under way: the report's base is the version
+            // the server answers it with.
+            self.holds.settled().await;
+        }
         if !self.data.may_live(handle) {
             return Ok(false);
         }
@@ -1001,6 +1019,68 @@ impl Fs {
         self.with_file(handle, |_, f| f.reported(upto, view(&attr)));
         *latest = attr;
         pushed.map(|()| true)
+    }
+
+    /// A close of a file made behind whose create is not sent yet: the
+    /// create goes now with the file's content, in one request (one round
+    /// trip for a small file made, written and closed). `None`: its create
+    /// was sent already, or its content cannot go with it (it is sent
+    /// alone then). `Some(false)`: made, without the content (the file's
+    /// policies keep it on the data servers): the report goes the usual way.
+    async fn create_with_content(&self, st: &FileState, handle: u64, latest: &mut Attr) -> Result<Option<bool>> {
+        let _one = st.reporting.lock().await;
+        let (size, upto) = match self.files.lock().get(&handle) {
+            Some(s) => (s.file.size, s.file.writes),
+            None => return Ok(None),
+        };
+        let copy = if self.data.may_live(handle) {
+            self.small_content(handle, size, true)
+        } else {
+            None
+        };
+        let Some((_, copy)) = copy else {
+            return Ok(None);
+        };
+        let Some((dir, mut file)) = self.holds.take_create(handle) else {
+            return Ok(None);
+        };
+        file.size = copy.len() as u64;
+        let req = Request::CreatesBehind {
+            parent: dir,
+            files: vec![file],
+        };
+        let got = self.made_behind(&req, &[handle], &copy, upto).await;
+        let Some(attr) = got.into_iter().next().flatten() else {
+            return Err(self
+                .lost_writes(handle, false)
+                .err()
+                .unwrap_or_else(|| FsError::Remote {
+                    path: self.what(handle),
+                    code: ErrorCode::Io,
+                    message: "not made at the metadata server".into(),
+                }));
+        };
+        if attr.size != size {
+            *latest = attr;
+            return Ok(Some(false));
+        }
+        self.data.set_size(handle, attr.size, false);
+        self.data.lives_on_metadata(handle, copy);
+        let pushed = self.write_back(&st.pool, handle).await;
+        self.data.settled_on_metadata(handle);
+        *latest = attr;
+        pushed.map(|()| Some(true))
+    }
+
+    /// A file made behind was not made at the metadata server (`why`):
+    /// what this node holds of it goes nowhere, which its next close and
+    /// `fsync` report (`EIO`).
+    pub(crate) fn lost_behind(&self, handle: u64, why: &str) {
+        if let Some(st) = self.files.lock().get_mut(&handle) {
+            st.lost = Some(format!(
+                "the metadata server did not make the file made here behind: {why}"
+            ));
+        }
     }
 
     /// Tells the metadata server the size this node wrote the file to, if

@@ -153,6 +153,24 @@ impl Fs {
         mode: u32,
         exclusive: bool,
     ) -> Result<(Attr, Option<Attr>)> {
+        self.create_owned(parent, name, mode, exclusive, None).await
+    }
+
+    /// [`Fs::create_in`] of a file owned by `owner` (user, group; `None`:
+    /// the directory's owner): made behind where this node holds the
+    /// directory ([`Fs::create_behind`]), which a mount's creates of new
+    /// names in a busy directory are.
+    pub async fn create_owned(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        exclusive: bool,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(Attr, Option<Attr>)> {
+        if let Some((attr, dir)) = self.create_behind(parent, name, mode, owner).await? {
+            return Ok((attr, dir));
+        }
         let req = Request::Create {
             parent,
             name: name.to_vec(),

@@ -154,6 +154,25 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.trim().parse::<u64>().ok()?.checked_mul(m)
 }
 
+/// Bytes per stripe unit of a new file whose policies set none.
+pub const DEFAULT_STRIPE_UNIT: u64 = 64 << 10;
+
+/// A new file's stripe unit and width under its policy `settings`, with
+/// `servers` data servers: what the metadata server gives a file it makes,
+/// and what a node gives one it makes behind (`dir_hold`), so the two
+/// agree.
+pub fn stripe(settings: &[(String, String)], servers: u32) -> (u64, u32) {
+    let policy = |k: &str| settings.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    let unit = policy("stripe_unit")
+        .and_then(parse_size)
+        .unwrap_or(DEFAULT_STRIPE_UNIT);
+    let width = policy("stripe_width")
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(servers)
+        .clamp(1, servers.max(1));
+    (unit, width)
+}
+
 /// A policy's name and its `key=value` parameters.
 pub type Named<'a> = (&'a str, Vec<(&'a str, &'a str)>);
 

@@ -1004,7 +1004,9 @@ impl Filesystem for Mount {
             let _adding = adding;
             let entry = name.clone();
             let r = async {
-                let (a, dir) = fs.create_in(parent, &name, mode & !umask, flags & O_EXCL != 0).await?;
+                let (a, dir) = fs
+                    .create_owned(parent, &name, mode & !umask, flags & O_EXCL != 0, Some((uid, gid)))
+                    .await?;
                 created_in.lock().learn(generation, parent, dir);
                 if let Some((r, _, _)) = &rec {
                     r.learn(parent, &name, a.handle);

@@ -22,7 +22,7 @@ pub use auth::{random_u64, Secret};
 pub use buf_pool::BufPool;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
 pub use msg::{
-    never_changed, show_name, Attr, Callback, ChunkHash, DirEntry, EntryPlus, ErrorCode, ErrorReply, FileKind, Handle,
-    Layout, Name, NodeInfo, NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, LIST_CHUNKS_PAGE,
-    LIST_PARTS_PAGE, NAME_MAX, ROOT, SMALL_COPY_MAX, VERSION_SHIFT,
+    never_changed, show_name, Attr, Behind, Callback, ChunkHash, DirEntry, EntryPlus, ErrorCode, ErrorReply, FileKind,
+    Handle, Layout, Name, NodeInfo, NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, HANDLES_MOST,
+    LIST_CHUNKS_PAGE, LIST_PARTS_PAGE, NAME_MAX, ROOT, SMALL_COPY_MAX, VERSION_SHIFT,
 };

@@ -68,6 +68,17 @@ pub struct Layout {
     pub servers: Vec<u32>,
 }
 
+impl Layout {
+    /// `width` of `n` data servers in round-robin order from `first` on.
+    pub fn round_robin(stripe_unit: u64, width: u32, n: u32, first: u32) -> Layout {
+        let n = n.max(1);
+        Layout {
+            stripe_unit,
+            servers: (0..width.min(n)).map(|i| (first + i) % n).collect(),
+        }
+    }
+}
+
 /// A file's version when created, in the metadata server's incarnation
 /// (its high bits, [`VERSION_SHIFT`]): every change to its content or size
 /// (a write's report, a truncate, a layout set anew) moves it on, by one
@@ -733,6 +744,43 @@ pub enum Request {
         handle: Handle,
         size: u64,
     },
+    /// `count` handles (at most [`HANDLES_MOST`]) for files the node will
+    /// make behind (`CreatesBehind`), given to no other file; answered
+    /// `Reserved`. For a node (a request made `As` one).
+    Handles {
+        count: u32,
+    },
+    /// Files a node made in `parent` under its hold on the directory before
+    /// the metadata server had them (creates behind, as CephFS's
+    /// asynchronous creates with delegated inode numbers): each as an
+    /// exclusive `Create` with the handle (from `Handles`), owner and first
+    /// data server the node gave it, and its first `size` bytes of content,
+    /// kept here as `WrittenInline` keeps them (the payload holds each
+    /// file's content after the one before). Done in order, each on its
+    /// own; answered `Each`, a `Created` (after the content) or an error
+    /// per file.
+    CreatesBehind {
+        parent: Handle,
+        files: Vec<Behind>,
+    },
+}
+
+/// Most handles one `Handles` request gives.
+pub const HANDLES_MOST: u32 = 1024;
+
+/// A file a node made behind (`Request::CreatesBehind`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    pub name: Name,
+    pub handle: Handle,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The data server its layout starts at (the unit and width come from
+    /// the directory's policies, as for any new file).
+    pub first_server: u32,
+    /// Bytes of its content in the payload (0: none, an empty file).
+    pub size: u64,
 }
 
 /// A chunk's name: the blake3 hash of its bytes.
@@ -965,6 +1013,12 @@ pub enum Response {
     },
     /// An answer for each request of a batch, in order (to `Unlinks`).
     Each(Vec<Response>),
+    /// Handles `first..first + count`, for this node's creates behind (to
+    /// `Handles`).
+    Reserved {
+        first: Handle,
+        count: u32,
+    },
 }
 
 /// A data server's place in its cluster, kept in its directory, so a
@@ -1127,6 +1181,7 @@ impl Request {
             | Symlink { parent, .. }
             | Unlink { parent, .. }
             | Unlinks { parent, .. }
+            | CreatesBehind { parent, .. }
             | Rmdir { parent, .. } => [Some(*parent), None],
             Link { new_parent, .. } => [Some(*new_parent), None],
             Rename { parent, new_parent, .. } => [Some(*parent), (new_parent != parent).then_some(*new_parent)],

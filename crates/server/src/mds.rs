@@ -18,7 +18,7 @@
 
 use crate::once::{InFlight, OnceKey};
 use bytes::Bytes;
-use parcache_core::catalogue::{check_setting, parse_size};
+use parcache_core::catalogue::{check_setting, stripe};
 use parcache_core::consistency::capfs::{self, HOLE};
 use parcache_core::consistency::leases::Leases;
 use parcache_core::consistency::orphans::Orphans;
@@ -32,9 +32,9 @@ use parcache_core::{ConsistencyKind, FilePolicies, StoreKind};
 use parcache_core::{Span, Time};
 use parcache_proto::msg::{NodeInfo, NodeStats, ServerIdentity, ServerStats};
 use parcache_proto::{
-    serve, show_name, Attr, Callback, ChunkHash, Client, ConnError, DirEntry, EntryPlus, ErrorCode, FileKind, Handle,
-    Handler, Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT, SMALL_COPY_MAX,
-    VERSION_SHIFT,
+    serve, show_name, Attr, Behind, Callback, ChunkHash, Client, ConnError, DirEntry, EntryPlus, ErrorCode, FileKind,
+    Handle, Handler, Layout, Request, Response, Secret, SetAttr, Timestamp, FIRST_VERSION, NAME_MAX, ROOT,
+    SMALL_COPY_MAX, VERSION_SHIFT,
 };
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -199,7 +199,14 @@ fn reserve_handles(dir: &std::path::Path, upto: u64) -> io::Result<()> {
 }
 
 /// Default stripe unit: 64 KiB.
-pub const DEFAULT_STRIPE_UNIT: u64 = 64 << 10;
+pub use parcache_core::catalogue::DEFAULT_STRIPE_UNIT;
+
+/// A new file's layout under its policy `settings` over `n` data servers,
+/// from server `first` on ([`parcache_core::catalogue::stripe`]).
+fn new_layout(settings: &[(String, String)], n: u32, first: u32) -> Layout {
+    let (unit, width) = stripe(settings, n);
+    Layout::round_robin(unit, width, n, first)
+}
 
 /// How a metadata server runs.
 #[derive(Clone, Debug)]
@@ -307,6 +314,43 @@ fn changed(tx: &Tx, i: &mut Inode, size: u64) {
     i.attr.version = tx.next_version(i.attr.version);
 }
 
+/// A new inode named in `parent` with the handle and layout given (its
+/// owner and policies are the directory's).
+fn new_inode_as(
+    tx: &Tx,
+    parent: &Inode,
+    handle: Handle,
+    kind: FileKind,
+    mode: u32,
+    target: Option<Vec<u8>>,
+    layout: Option<Layout>,
+) -> Inode {
+    let t = now();
+    let size = target.as_ref().map_or(0, |t| t.len() as u64);
+    Inode {
+        attr: Attr {
+            handle,
+            kind,
+            mode: mode & 0o7777,
+            uid: parent.attr.uid,
+            gid: parent.attr.gid,
+            size,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            atime: t,
+            mtime: t,
+            ctime: t,
+            version: tx.first_version(),
+            layout,
+            rdev: 0,
+        },
+        parent: parent.attr.handle,
+        target,
+        policies: parent.policies.clone(),
+        inherited: parent.policies.iter().map(|(k, _)| k.clone()).collect(),
+        xattrs: vec![],
+    }
+}
+
 /// The inode of a regular file.
 fn file_of(tx: &Tx, handle: Handle) -> R<Inode> {
     let i = tx.get(handle)?;
@@ -367,7 +411,15 @@ struct Mds {
     /// by the next commit, in its transaction, so they last exactly as
     /// long as the changes they answer; dropped with those changes.
     answers: parking_lot::Mutex<HashMap<(u64, u64), Vec<u8>>>,
+    /// Handles given to nodes for their creates behind (`Request::Handles`)
+    /// and not used yet, each with its node: a `CreatesBehind` may use only
+    /// these, each once. Lost at a restart (the node's hold is too).
+    granted: parking_lot::Mutex<HashMap<Handle, u64>>,
 }
+
+/// Most handles given for creates behind and not used yet, of all nodes
+/// together: a node that takes them and goes away leaves them behind.
+const GRANTED_MOST: usize = 1 << 20;
 
 /// A request's view of the open transaction, with the values its changes
 /// replaced, so a request that fails part-way can be undone alone.
@@ -690,11 +742,16 @@ impl Tx<'_> {
         self.set_meta(&inline_key(h), on.then_some(1))
     }
     fn counter(&self, key: &str, first: u64) -> R<u64> {
+        self.counter_by(key, first, 1)
+    }
+
+    /// The counter `key` (from `first`), moved on by `n`.
+    fn counter_by(&self, key: &str, first: u64, n: u64) -> R<u64> {
         let mut t = self.w().open_table(META).map_err(db_err)?;
         let old = t.get(key).map_err(db_err)?.map(|v| v.value());
         self.undo(Undo::Meta(key.to_string(), old));
         let v = old.unwrap_or(first);
-        t.insert(key, v + 1).map_err(db_err)?;
+        t.insert(key, v + n).map_err(db_err)?;
         Ok(v)
     }
     fn dir(&self, h: Handle) -> R<Inode> {
@@ -813,6 +870,7 @@ impl Mds {
             one_op: parking_lot::Mutex::new(()),
             stopped: AtomicBool::new(false),
             answers: parking_lot::Mutex::new(HashMap::new()),
+            granted: parking_lot::Mutex::new(HashMap::new()),
         };
         mds.write(|tx| {
             // Every table exists from the start, so lookups (read
@@ -1380,53 +1438,123 @@ impl Mds {
         if self.iods.is_empty() {
             return Err((ErrorCode::Io, "no data servers are configured".into()));
         }
-        let policy = |k: &str| policies.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
         let n = self.iods.len() as u32;
-        let unit = policy("stripe_unit")
-            .and_then(|v| parse_size(&v))
-            .unwrap_or(DEFAULT_STRIPE_UNIT);
-        let width = policy("stripe_width")
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(n)
-            .clamp(1, n);
         let first = (tx.counter("next_server", 0)? % n as u64) as u32;
-        Ok(Some(Layout {
-            stripe_unit: unit,
-            servers: (0..width).map(|i| (first + i) % n).collect(),
-        }))
+        Ok(Some(new_layout(policies, n, first)))
     }
 
     fn new_inode(&self, tx: &Tx, parent: &Inode, kind: FileKind, mode: u32, target: Option<Vec<u8>>) -> R<Inode> {
         let handle = tx.counter("next_handle", ROOT + 1)?;
         self.reserve(handle)?;
-        let t = now();
         let layout = if kind == FileKind::File {
             self.layout(tx, &parent.policies)?
         } else {
             None
         };
-        let size = target.as_ref().map_or(0, |t| t.len() as u64);
-        Ok(Inode {
-            attr: Attr {
-                handle,
-                kind,
-                mode: mode & 0o7777,
-                uid: parent.attr.uid,
-                gid: parent.attr.gid,
-                size,
-                nlink: if kind == FileKind::Dir { 2 } else { 1 },
-                atime: t,
-                mtime: t,
-                ctime: t,
-                version: tx.first_version(),
-                layout,
-                rdev: 0,
-            },
-            parent: parent.attr.handle,
-            target,
-            policies: parent.policies.clone(),
-            inherited: parent.policies.iter().map(|(k, _)| k.clone()).collect(),
-            xattrs: vec![],
+        Ok(new_inode_as(tx, parent, handle, kind, mode, target, layout))
+    }
+
+    /// `count` handles for a node's creates behind: the counter moves past
+    /// them, reserved as any new file's handle is.
+    fn give_handles(&self, node: u64, count: u32) -> R<Response> {
+        let count = count.clamp(1, parcache_proto::HANDLES_MOST);
+        if self.granted.lock().len() + count as usize > GRANTED_MOST {
+            return Err((
+                ErrorCode::NoSpace,
+                format!("{GRANTED_MOST} handles are given for creates behind and not used yet"),
+            ));
+        }
+        let first = self.write(|tx| {
+            let first = tx.counter_by("next_handle", ROOT + 1, count as u64)?;
+            self.reserve(first + count as u64 - 1)?;
+            Ok(first)
+        })?;
+        let mut g = self.granted.lock();
+        for h in first..first + count as u64 {
+            g.insert(h, node);
+        }
+        Ok(Response::Reserved { first, count })
+    }
+
+    /// A node's creates behind in `parent` (`Request::CreatesBehind`),
+    /// each on its own, in order; `data`: their contents, one after another.
+    fn creates_behind(&self, node: u64, parent: Handle, files: &[Behind], data: &[u8]) -> R<Response> {
+        let total: u64 = files.iter().map(|f| f.size).sum();
+        if total != data.len() as u64 {
+            return Err((
+                ErrorCode::BadRequest,
+                format!("creates behind: {} bytes of content for {total}", data.len()),
+            ));
+        }
+        let mut at = 0usize;
+        let mut each = Vec::with_capacity(files.len());
+        for f in files {
+            let content = &data[at..at + f.size as usize];
+            at += f.size as usize;
+            each.push(
+                self.create_behind(node, parent, f, content)
+                    .unwrap_or_else(|(code, msg)| Response::error(code, msg)),
+            );
+        }
+        Ok(Response::Each(each))
+    }
+
+    /// One create behind: an exclusive create of the file the node made,
+    /// then its content if it has any.
+    fn create_behind(&self, node: u64, parent: Handle, f: &Behind, content: &[u8]) -> R<Response> {
+        let name = show_name(&f.name);
+        if self.granted.lock().get(&f.handle) != Some(&node) {
+            return Err((
+                ErrorCode::Invalid,
+                format!(
+                    "'{name}': handle {} was not given to node {node:x} for a create behind",
+                    f.handle
+                ),
+            ));
+        }
+        let n = self.iods.len() as u32;
+        if n == 0 || f.first_server >= n {
+            return Err((
+                ErrorCode::Invalid,
+                format!("'{name}': data server {} of {n} to start a layout at", f.first_server),
+            ));
+        }
+        let made = self.write(|tx| {
+            check_name(&f.name)?;
+            let mut p = tx.dir(parent)?;
+            if tx.entry(parent, &f.name)?.is_some() {
+                return Err((ErrorCode::Exists, format!("'{name}' exists")));
+            }
+            if tx.get(f.handle).is_ok() {
+                return Err((ErrorCode::Exists, format!("'{name}': handle {} is in use", f.handle)));
+            }
+            let layout = Some(new_layout(&p.policies, n, f.first_server));
+            let mut i = new_inode_as(tx, &p, f.handle, FileKind::File, f.mode, None, layout);
+            i.attr.uid = f.uid;
+            i.attr.gid = f.gid;
+            tx.put(&i)?;
+            tx.link(parent, &f.name, i.attr.handle)?;
+            tx.touch_dir(&mut p, 0)?;
+            // Its content, in the same transaction, as `WrittenInline`
+            // keeps it; not kept here if the file's policies keep it on
+            // its data servers (the file is then empty, and the node,
+            // seeing so in the answer, writes the bytes out as for any file).
+            let settings = FilePolicies::from_settings(&i.policies);
+            if f.size > 0 && f.size <= SMALL_COPY_MAX && settings.may_live_on_metadata(&i.policies) {
+                changed(tx, &mut i, f.size);
+                tx.put(&i)?;
+                tx.set_small(f.handle, Some((i.attr.version, content)))?;
+                tx.set_inline(f.handle, true)?;
+            }
+            Ok((i, p))
+        })?;
+        self.granted.lock().remove(&f.handle);
+        let (i, p) = made;
+        let attr = i.attr;
+        Ok(Response::Created {
+            attr,
+            policies: i.policies,
+            parent: Some(p.attr),
         })
     }
 
@@ -2215,6 +2343,13 @@ impl MdsHandler {
             if let Some(a) = attr.filter(|a| a.kind != FileKind::Dir) {
                 leases.grant(now, node, a.handle);
             }
+            if let Response::Each(each) = &resp {
+                for r in each {
+                    if let Response::Created { attr, .. } = r {
+                        leases.grant(now, node, attr.handle);
+                    }
+                }
+            }
         }
         Ok((resp, calls))
     }
@@ -2541,6 +2676,7 @@ fn touched(req: &Request) -> Touched {
         | Mkdir { parent, .. }
         | Unlink { parent, .. }
         | Unlinks { parent, .. }
+        | CreatesBehind { parent, .. }
         | Rmdir { parent, .. }
         | Symlink { parent, .. }
         | Mknod { parent, .. } => vec![*parent],
@@ -2550,7 +2686,11 @@ fn touched(req: &Request) -> Touched {
         | GetAttrPolicy { handle }
         | SetAttr { handle, .. }
         | ReadDir { handle, .. }
-        | Forget { handle } => vec![*handle],
+        | Forget { handle }
+        // A directory's policies are what a node's creates behind there
+        // give their files: its hold is called back first.
+        | SetPolicy { handle, .. }
+        | UnsetPolicy { handle, .. } => vec![*handle],
         WatchDir { dir } | HoldDir { dir } | ReadDirPlus { dir, .. } => vec![*dir],
         _ => vec![],
     };
@@ -2910,6 +3050,30 @@ impl MdsHandler {
                 })
                 .await
             }
+            Request::Handles { count } => match from {
+                None => Response::error(
+                    ErrorCode::BadRequest,
+                    "handles for creates behind are for a node (a request made As one)",
+                ),
+                Some(node) => self
+                    .0
+                    .give_handles(node, count)
+                    .unwrap_or_else(|(code, msg)| Response::error(code, msg)),
+            },
+            // As `Unlinks`: another node's hold in the way is called back;
+            // the node gets a lease on each file as at a create.
+            Request::CreatesBehind { parent, ref files } => match from {
+                None => Response::error(
+                    ErrorCode::BadRequest,
+                    "creates behind are for a node (a request made As one)",
+                ),
+                Some(node) => {
+                    self.leased_alone(from, Some(node), &touched(&req), once, |m| {
+                        m.creates_behind(node, parent, files, &data)
+                    })
+                    .await
+                }
+            },
             Request::HoldDir { dir } => match from {
                 None => Response::error(
                     ErrorCode::BadRequest,
@@ -3727,6 +3891,83 @@ mod tests {
             (lookup(&m, "a"), lookup(&m, "b"), lookup(&m, "c")),
             (None, Some(b), None)
         );
+        drop(m);
+        let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    }
+
+    /// Creates behind use only handles given to their node, each once;
+    /// each is done on its own (one refused leaves the others made), with
+    /// the owner, first data server and content the node gave, and the
+    /// handle counter moved past the handles given.
+    #[test]
+    fn creates_behind_use_only_handles_given_to_their_node() {
+        let cfg = config("behind");
+        let m = Mds::open(&cfg).unwrap();
+        let first = match m.give_handles(7, 3).unwrap() {
+            Response::Reserved { first, count: 3 } => first,
+            other => panic!("{other:?}"),
+        };
+        let after = create(&m, "made-here");
+        assert!(after >= first + 3, "a handle given is never given again ({after})");
+        let behind = |name: &str, handle: Handle, size: u64| Behind {
+            name: name.as_bytes().to_vec(),
+            handle,
+            mode: 0o600,
+            uid: 1000,
+            gid: 100,
+            first_server: 1,
+            size,
+        };
+        let files = vec![
+            behind("a", first, 5),
+            behind("b", after + 100, 0),
+            behind("made-here", first + 1, 0),
+            behind("c", first + 1, 0),
+            behind("d", first, 0),
+        ];
+        let each = match m.creates_behind(7, ROOT, &files, b"hello").unwrap() {
+            Response::Each(each) => each,
+            other => panic!("{other:?}"),
+        };
+        let got: Vec<_> = each
+            .iter()
+            .map(|r| match r {
+                Response::Created { attr, .. } => Ok(attr.handle),
+                Response::Error(e) => Err(e.code),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                Ok(first),
+                Err(ErrorCode::Invalid),
+                Err(ErrorCode::Exists),
+                Ok(first + 1),
+                Err(ErrorCode::Invalid)
+            ]
+        );
+        let other_node = m.creates_behind(8, ROOT, &[behind("e", first + 2, 0)], b"").unwrap();
+        assert!(
+            matches!(&other_node, Response::Each(e) if matches!(&e[0], Response::Error(x) if x.code == ErrorCode::Invalid)),
+            "{other_node:?}"
+        );
+        match m
+            .op(Request::LookupPolicy {
+                parent: ROOT,
+                name: b"a".to_vec(),
+            })
+            .unwrap()
+        {
+            Response::AttrPolicies { attr, content, .. } => {
+                assert_eq!((attr.uid, attr.gid, attr.mode, attr.size), (1000, 100, 0o600, 5));
+                assert_eq!(attr.layout.unwrap().servers, vec![1, 0]);
+                assert_eq!(content.as_deref(), Some(&b"hello"[..]));
+            }
+            other => panic!("{other:?}"),
+        }
+        let short = m.creates_behind(7, ROOT, &[behind("f", first + 2, 9)], b"hi");
+        assert!(matches!(short, Err((ErrorCode::BadRequest, _))), "{short:?}");
         drop(m);
         let _ = std::fs::remove_dir_all(&cfg.data_dir);
     }

@@ -323,6 +323,21 @@ impl NodeFile {
         self.learned(after);
     }
 
+    /// The metadata server made the file this node made behind (under its
+    /// hold on the directory, `dir_hold`), its answer `after`, with the
+    /// content of the node's writes up to `upto` if it carried any: no
+    /// other node can have seen the file before, so what this node holds
+    /// is current at the server's version.
+    pub fn made_behind(&mut self, upto: u64, after: ServerView) {
+        if self.kernel == Some(self.version) {
+            self.kernel = Some(after.version);
+        }
+        self.version = after.version;
+        self.known_size = after.size;
+        self.known_version = after.version;
+        self.reported = self.reported.max(upto);
+    }
+
     /// The server's view as an answer gave it (a report's, or any
     /// `getattr`'s): kept unless an answer at a newer version came first
     /// (two reports in flight at once may be answered in either order).
