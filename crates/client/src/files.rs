@@ -980,7 +980,7 @@ impl Fs {
             }
             // Its create is under way: the report's base is the version
             // the server answers it with.
-            self.holds.settled().await;
+            self.settled().await;
         }
         if !self.data.may_live(handle) {
             return Ok(false);
@@ -1112,7 +1112,7 @@ impl Fs {
         // server had them are sent first.
         let mark = match durably {
             true => {
-                self.holds.settled().await;
+                self.settled().await;
                 Some(self.mds.sync_mark())
             }
             false => None,

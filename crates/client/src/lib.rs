@@ -378,7 +378,7 @@ impl Fs {
     /// Sent once this node's unlinks answered before the metadata server
     /// had them are done there, so that its answer shows them.
     async fn md_with(&self, path: &str, req: Request, data: &[u8]) -> Result<Response> {
-        self.holds.settled().await;
+        self.settled().await;
         let before = self.mds.change_count();
         let got = self.mds.call(&req, data).await;
         self.holds.note(&req, got.as_ref().ok().map(|r| &r.0));
@@ -508,7 +508,7 @@ impl Fs {
     /// last one ([`crate::peer::Peer::sync_due`]).
     pub async fn sync_metadata(&self) -> Result<()> {
         // Its unlinks answered before the server had them count.
-        self.holds.settled().await;
+        self.settled().await;
         let Some(due) = self.mds.sync_due() else {
             return Ok(());
         };

@@ -654,6 +654,27 @@ pub fn stop_caching(file: &mut NodeFile) -> Vec<Action> {
 mod tests {
     use super::*;
 
+    /// A file made behind is current at the version the server made it at
+    /// (its blocks and the kernel's pages are this node's own), with the
+    /// writes its content carried reported; writes after it still count.
+    #[test]
+    fn a_file_made_behind_is_current_at_the_servers_version() {
+        let at = |size, version| ServerView { size, version };
+        let mut f = NodeFile::new(at(0, 1), Time::ZERO);
+        f.wrote(4096);
+        f.kernel_keeps(); // opened: the kernel's pages start here
+        let upto = f.writes;
+        f.wrote(5000);
+        f.made_behind(upto, at(4096, (7 << 40) + 2));
+        assert_eq!(
+            (f.version, f.known_version, f.known_size),
+            ((7 << 40) + 2, (7 << 40) + 2, 4096)
+        );
+        assert_eq!(f.kernel, Some(f.version), "the kernel's pages are current with it");
+        assert!(f.unreported(), "the write after the content went is still to report");
+        assert_eq!(f.size_for(at(4096, (7 << 40) + 2)), 5000);
+    }
+
     /// A server's answer overtaken by a report or truncate of this node's
     /// shows the newer size; unreported writes count; another node's newer
     /// change shows as it is (found with a `stat` racing a `close` made by
