@@ -138,6 +138,22 @@ pub(crate) struct Made {
     pub start: bool,
 }
 
+/// Whether files made under these policy settings may be made behind:
+/// blocks on the data servers, a private node cache and `close-to-open`,
+/// whose open asks the metadata server nothing. Under the others a file's
+/// version is in play before its first close (the cooperative tier's
+/// homes cache its blocks at it; content-addressed files' hashes and
+/// `sprite`'s opens go to the server), and a file made behind has the
+/// server's version only once its create is answered.
+fn made_behind_under(settings: &[(String, String)]) -> bool {
+    use parcache_core::consistency::ConsistencyKind;
+    let p = parcache_core::catalogue::FilePolicies::from_settings(settings);
+    p.consistency == ConsistencyKind::CloseToOpen
+        && p.cooperative == parcache_core::cooperative::CooperativeKind::None
+        && p.store == parcache_core::catalogue::StoreKind::Blocks
+        && !p.nv
+}
+
 /// A held directory's attributes after a change of its names this node
 /// made alone (the metadata server's `touch_dir`: modified and changed
 /// now, one version on; its clock may differ from this node's by a little).
@@ -710,7 +726,7 @@ impl Fs {
         // What a file made here behind takes (a change of them calls the
         // hold back first).
         let settings = match self.md(&what, Request::GetPolicy { handle: dir }).await {
-            Ok(Response::Policies(p)) => Some(p),
+            Ok(Response::Policies(p)) if made_behind_under(&p) => Some(p),
             _ => None,
         };
         Ok((names, dirs, attr, settings))
