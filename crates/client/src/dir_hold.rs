@@ -132,6 +132,8 @@ pub(crate) type Listing = (
 /// whether a sender must be started.
 pub(crate) struct Made {
     pub handle: u64,
+    /// The data server its layout starts at.
+    pub first_server: u32,
     pub parent: Option<Attr>,
     pub settings: Vec<(String, String)>,
     pub owner: (u32, u32),
@@ -353,6 +355,7 @@ impl DirHolds {
             (None, None) => return Err(false),
         };
         let handle = s.handles.pop().ok_or(true)?;
+        let first_server = (handle % servers as u64) as u32;
         let h = s.held.get_mut(&dir).expect("held, just seen");
         h.names.insert(name.to_vec(), handle);
         let parent = h.attr.as_mut().map(|a| {
@@ -370,13 +373,14 @@ impl DirHolds {
                 mode: mode & 0o7777,
                 uid: owner.0,
                 gid: owner.1,
-                first_server: (handle % servers as u64) as u32,
+                first_server,
                 size: 0,
             },
         ));
         let start = !std::mem::replace(&mut s.creating, true);
         Ok(Made {
             handle,
+            first_server,
             parent,
             settings,
             owner,
@@ -802,7 +806,6 @@ impl Fs {
         };
         let t = parcache_proto::Timestamp::now();
         let (unit, width) = parcache_core::catalogue::stripe(&made.settings, servers);
-        let first = (made.handle % servers as u64) as u32;
         let attr = Attr {
             handle: made.handle,
             kind: FileKind::File,
@@ -815,7 +818,12 @@ impl Fs {
             mtime: t,
             ctime: t,
             version: parcache_proto::FIRST_VERSION,
-            layout: Some(parcache_proto::Layout::round_robin(unit, width, servers, first)),
+            layout: Some(parcache_proto::Layout::round_robin(
+                unit,
+                width,
+                servers,
+                made.first_server,
+            )),
             rdev: 0,
         };
         self.name(&attr, &show_name(name));
