@@ -3316,12 +3316,55 @@ fn an_fsync_of_a_directory_whose_rename_a_crash_of_the_metadata_server_may_have_
     finish_one(base, cluster, a);
 }
 
-/// The atomic replace through three `kill -9`s of the metadata server: a
-/// writer makes files as programs that must not lose them do (write a
-/// copy, `fsync` it, rename it into place, `fsync` the directory), and
-/// every one whose directory `fsync` succeeded is there, whole, after a
-/// remount; the ones under way at a crash may fail (`EIO`, which it
-/// counts; any other error is listed), never succeed and vanish.
+/// A file made behind whose create was on its way when the metadata
+/// server died (stopped, then killed): its `fsync` and close say `EIO`
+/// (the server unreachable), and the unmount after the server's restart
+/// ends cleanly (the loss was said; the unmount
+/// once failed on it, "no file with handle N", exit status 1, in a CI run
+/// of the atomic-replace test below).
+#[test]
+fn a_create_behind_lost_in_a_crash_of_the_metadata_server_does_not_fail_the_unmount() {
+    let (base, cluster, a) = one_node_with_synced_dir("lost-unmount");
+    let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
+    // The second create in a row takes the hold and the handles.
+    std::fs::write(a.p("d/f0"), b"zero").unwrap();
+    std::fs::write(a.p("d/f1"), b"one").unwrap();
+    // Not `kill(1)`: a child's exec closes the test's open descriptor of
+    // d/x, and that close would wait for the stopped server.
+    let signal = |s: nix::sys::signal::Signal| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(mds_pid as i32), s).unwrap();
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    signal(nix::sys::signal::Signal::SIGSTOP);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let x = a.p("d/x");
+    std::thread::spawn(move || {
+        let made = std::fs::File::create(x).and_then(|mut f| f.write_all(&[7u8; 3000]).map(|()| f));
+        let _ = tx.send(made);
+    });
+    let Ok(made) = rx.recv_timeout(Duration::from_secs(3)) else {
+        signal(nix::sys::signal::Signal::SIGCONT);
+        panic!("a create in a directory held alone waited for the stopped metadata server");
+    };
+    let mut f = made.expect("d/x made and written behind");
+    // Its create goes within 2 ms, to a server that never answers.
+    std::thread::sleep(Duration::from_millis(200));
+    signal(nix::sys::signal::Signal::SIGKILL);
+    // Its fsync and close while the server is down (EIO: unreachable, not
+    // "no such file"), the restart after them.
+    f.write_all(&[8u8; 3000]).unwrap();
+    let e = f.sync_all().expect_err("fsync of a file whose create was lost");
+    assert_eq!(e.raw_os_error(), Some(5), "fsync of d/x: {e}");
+    drop(f);
+    restart_killed_server(&cluster.0, mds_pid);
+    assert!(!a.p("d/x").exists(), "d/x, its create lost, is listed");
+    a.unmount();
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    std::fs::write(a.p("d/y"), b"after").unwrap();
+    assert_eq!(std::fs::read(a.p("d/y")).unwrap(), b"after");
+    finish_one(base, cluster, a);
+}
+
 #[test]
 fn every_atomic_replace_acknowledged_survives_kills_of_the_metadata_server() {
     let (base, cluster, a) = one_node_with_synced_dir("acked-replace");

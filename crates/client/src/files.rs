@@ -1141,7 +1141,9 @@ impl Fs {
     }
 
     /// Pushes every dirty block of every file and reports sizes; call it
-    /// before the program exits (the `parcache` commands do).
+    /// before the program exits (the `parcache` commands do). A file the
+    /// metadata server no longer has is dropped with a warning, not failed
+    /// on.
     pub async fn shutdown(&self) -> Result<()> {
         self.removed().await;
         let mut first = None;
@@ -1153,8 +1155,18 @@ impl Fs {
                 Ok(()) => self.report_attr(h).await.map(|_| ()),
                 Err(e) => Err(e),
             };
-            if let Err(e) = r {
-                first.get_or_insert(e);
+            match r {
+                // Gone from the metadata server (removed by another node, or
+                // its creation lost in a crash of the server, which this
+                // node said at the time): nothing of it is left to push,
+                // and `gone_from_server` says what was lost.
+                Err(e) if e.code() == Some(ErrorCode::NotFound) => {
+                    self.gone_from_server(e, h).await;
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+                Ok(()) => {}
             }
         }
         let pools: Vec<Arc<Pool>> = self.pools.lock().values().cloned().collect();
