@@ -370,13 +370,18 @@ pub fn mount(a: MountArgs) -> Result<()> {
     while !farewell.begun() && asked.elapsed() < SESSION_END {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    // The session ends with the mount: one still going the kernel kept
+    // mounted (busy). One that ended took this mount with it, and a mount
+    // at the mount point now is someone else's, made since (a script's
+    // `fusermount3 -u MNT; parcache mount … MNT`): not to be touched.
+    let kept = !farewell.begun();
     let pushed = farewell.run(rt.handle());
     if let Err(e) = &pushed {
         recorded.lost(&a.mountpoint, e);
     }
     // Only the mount table is read: opening the directory, as `state`
     // does, would send a request through this process's own session.
-    if absolute(&a.mountpoint).is_some_and(|abs| listed(&abs)) {
+    if kept && absolute(&a.mountpoint).is_some_and(|abs| listed(&abs)) {
         // Busy (a program's open file or working directory in it): the
         // kernel kept it mounted, and once this process exits it would be
         // a dead mount, every access failing with ENOTCONN until someone

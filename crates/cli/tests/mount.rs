@@ -488,6 +488,52 @@ fn a_busy_mount_stopped_with_sigterm_leaves_no_dead_mount_point() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A mount unmounted from outside (`fusermount3 -u`) and made again at
+/// the same path at once, as a script's remount does, stays: the old
+/// mount's process, ending after the new one is up, leaves it alone.
+/// Before, the old process took the new mount for its own still there
+/// ("busy"), detached it and said so, and the new mount's process ended
+/// with it (found by remounting in a shell loop). The old process is held
+/// (SIGSTOP) from the unmount until the new mount is up, so the test does
+/// not depend on which of the two gets there first.
+#[test]
+fn a_mount_ending_after_a_remount_at_its_path_leaves_the_new_mount_alone() {
+    let (base, cluster) = up("remount-race", "1");
+    let at = base.join("m");
+    let old_log = base.join("old.log");
+    let mut old = Mounted::logging(&cluster.0, at.clone(), Some(&old_log));
+    std::fs::write(old.p("f"), b"kept across the remount").unwrap();
+    let pid = old.child.id().to_string();
+    let sig = |s: &str| assert!(Command::new("kill").args([s, &pid]).status().unwrap().success());
+    sig("-STOP");
+    let o = Command::new("fusermount3").arg("-u").arg(&at).output().unwrap();
+    if !o.status.success() {
+        sig("-CONT");
+        panic!("fusermount3 -u: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let new = Mounted::new(&cluster.0, at.clone());
+    sig("-CONT");
+    let t = Instant::now();
+    let s = loop {
+        if let Some(s) = old.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the old mount did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&old_log).unwrap();
+    assert!(s.success(), "the old mount exited with {s}: {text}");
+    assert!(!text.contains("detached"), "{text}");
+    assert!(mounted(&at), "the new mount was taken away: {text}");
+    assert_eq!(std::fs::read(new.p("f")).unwrap(), b"kept across the remount");
+    // The old mount's process has exited and been waited for; its drop
+    // would unmount what is at the path now (the new mount).
+    std::mem::forget(old);
+    drop(new);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A mount stopped with SIGTERM pushes its dirty data and exits 0; one
 /// whose servers all died meanwhile exits with the error naming what it
 /// could not reach, having tried once, and the next `parcache down` says
