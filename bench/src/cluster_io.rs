@@ -91,7 +91,7 @@ fn main() -> Result<()> {
     let (mds_addr, secret) = (cluster.mds_addr.clone(), cluster.secret.clone());
 
     let client = parcache_server::runtime()?;
-    let tcp = client.block_on(loopback_tcp(total))?;
+    let tcp = loopback_tcp(total)?;
     let mem = memcpy(total);
     let (lw, lr, liops) = local_dir(&dir, total, random)?;
     let (cw, cw8, cr, cr8, ciops, chit) = client.block_on(async {

@@ -5,7 +5,6 @@ use parcache_proto::Secret;
 use parcache_server::{iod, mds};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A parcache cluster (`iods` data servers and a metadata server) on
 /// loopback, on its own tokio runtime, as separate daemons would be: real
@@ -165,33 +164,94 @@ impl BenchCluster {
 }
 
 /// Loopback TCP bandwidth, GB/s: `total` bytes in 1 MiB writes from one
-/// socket to another in this process (the baseline of a data path that
-/// crosses loopback).
-pub async fn loopback_tcp(total: u64) -> Result<f64> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// socket to another, each end on a thread of its own, as between two
+/// processes (the baseline of a data path that crosses loopback). Until
+/// the forty-sixth session `mount-io` ran both ends on one thread, taking
+/// turns, which measured twice what two threads (or processes) move here
+/// (5.7-7.4 GB/s against 2.3-3.5); `cluster-io` ran them on its runtime's
+/// threads. Both benchmarks take this one now.
+pub fn loopback_tcp(total: u64) -> Result<f64> {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
-    let sink = tokio::spawn(async move {
-        let (mut s, _) = l.accept().await.expect("accept");
+    let sink = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = l.accept()?;
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0u64;
         while n < total {
-            n += s.read(&mut buf).await.expect("read") as u64;
+            match s.read(&mut buf)? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                k => n += k as u64,
+            }
         }
-        s.write_all(b"k").await.expect("ack");
+        s.write_all(b"k")
     });
-    let mut c = tokio::net::TcpStream::connect(addr).await?;
+    let mut c = std::net::TcpStream::connect(addr)?;
     let buf = vec![7u8; 1 << 20];
     let t = Instant::now();
     let mut sent = 0;
     while sent < total {
-        c.write_all(&buf).await?;
+        c.write_all(&buf)?;
         sent += (1usize << 20) as u64;
     }
     let mut ack = [0u8; 1];
-    c.read_exact(&mut ack).await?;
+    c.read_exact(&mut ack)?;
     let secs = t.elapsed().as_secs_f64();
-    sink.await?;
+    sink.join()
+        .map_err(|_| anyhow::anyhow!("the loopback sink panicked"))??;
     Ok(total as f64 / secs / 1e9)
+}
+
+/// Round trips of one byte between two threads over a Unix socket pair,
+/// in microseconds: as the scheduler places the threads (each wake-up
+/// usually of a thread on the other CPU, woken from idle), and with both
+/// on one CPU; `None` for the second if this process may not choose its
+/// CPU. Every FUSE request and every request to a server is such a
+/// wake-up or two; on a machine (a VM) where waking another CPU is dear,
+/// this bounds the columns of small requests.
+pub fn wake_round_trip() -> Result<(f64, Option<f64>)> {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use std::io::{Read, Write};
+    const ROUNDS: u32 = 5_000;
+    fn rounds(pin: Option<&CpuSet>) -> Result<f64> {
+        let (mut a, mut b) = std::os::unix::net::UnixStream::pair()?;
+        let echo = {
+            let pin = pin.cloned();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                if let Some(set) = pin {
+                    sched_setaffinity(None, &set)?;
+                }
+                let mut byte = [0u8; 1];
+                for _ in 0..ROUNDS {
+                    b.read_exact(&mut byte)?;
+                    b.write_all(&byte)?;
+                }
+                Ok(())
+            })
+        };
+        let mut byte = [7u8; 1];
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            a.write_all(&byte)?;
+            a.read_exact(&mut byte)?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / ROUNDS as f64;
+        echo.join().map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+        Ok(us)
+    }
+    let free = rounds(None)?;
+    let all = sched_getaffinity(None)?;
+    let Some(first) = (0..CpuSet::MAX_CPU).find(|&c| all.is_set(c)) else {
+        return Ok((free, None));
+    };
+    let mut one = CpuSet::new();
+    one.set(first);
+    if sched_setaffinity(None, &one).is_err() {
+        return Ok((free, None));
+    }
+    let pinned = rounds(Some(&one));
+    sched_setaffinity(None, &all)?;
+    Ok((free, Some(pinned?)))
 }
 
 /// Writes dirty pages down and drops the kernel's page cache, dentries and

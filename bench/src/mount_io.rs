@@ -486,10 +486,8 @@ fn main() -> Result<()> {
 
     let threads = parcache_bench::ThreadWatch::start();
     let mut cluster = BenchCluster::start(&dir.join("cluster"), 4)?;
-    let tcp = {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(parcache_bench::loopback_tcp(mib.min(1024) << 20))?
-    };
+    let tcp = parcache_bench::loopback_tcp(mib.min(1024) << 20)?;
+    let wake = parcache_bench::wake_round_trip()?;
     let pm = std::cell::RefCell::new(ParcacheMount::new(&cluster, &dir.join("parcache"))?);
     let at = pm.borrow().at.clone();
     let cluster_cell = std::cell::RefCell::new(&mut cluster);
@@ -521,6 +519,12 @@ fn main() -> Result<()> {
         println!("(not root: the page cache was not dropped, so local and bindfs 'cold' reads are cached)");
     }
     println!("baseline, same run: loopback TCP {tcp:.2} GB/s");
+    println!(
+        "machine, same run: a round trip between two threads {:.1} us as the scheduler places them, {} (every FUSE request wakes the mount and then the program)",
+        wake.0,
+        wake.1
+            .map_or("not measured on one CPU (affinity refused)".to_string(), |us| format!("{us:.1} us on one CPU"))
+    );
     let cols = [
         "write GB/s",
         "read cold",
@@ -551,11 +555,12 @@ fn main() -> Result<()> {
     };
     print_table(&cols, 3, "(random reads: IOPS)", [lf, bf, pf].map(|f| row(&f)));
     println!(
-        "{:<10} {:>12} {:>12} {:>12.2}   (warm read / loopback TCP)",
+        "{:<10} {:>12} {:>12} {:>12.2}   (warm read / loopback TCP; bindfs, a FUSE passthrough of the page cache: {:.2})",
         "/TCP",
         "",
         "",
-        pf.read_warm / tcp
+        pf.read_warm / tcp,
+        bf.read_warm / tcp
     );
     println!(
         "tar d after tar x: {} (local), {} (bindfs), {} (parcache) differences from the archive (contents, modes, times)",
