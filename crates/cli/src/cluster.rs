@@ -422,8 +422,15 @@ fn start_servers(
 fn unmount_all(dir: &Path) -> Result<Vec<String>> {
     let mut busy = vec![];
     let mut lost = vec![];
-    for m in mount::records(dir) {
+    let records = mount::records(dir);
+    // Mount points where a mount of this cluster is served now. A killed
+    // mount's record may name one of them too (mounted again there since):
+    // the mount there is then the live one, unmounted (or found busy) by
+    // its own record, never detached for the dead one.
+    let served: Vec<PathBuf> = records.iter().filter(|m| alive(m.pid)).map(|m| m.at.clone()).collect();
+    for m in records {
         match mount::state(&m.at) {
+            MountState::Live | MountState::Stale if !alive(m.pid) && served.contains(&m.at) => {}
             MountState::Live if alive(m.pid) => {
                 let ok = Command::new("fusermount3")
                     .arg("-u")

@@ -534,6 +534,51 @@ fn a_mount_ending_after_a_remount_at_its_path_leaves_the_new_mount_alone() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// `down` after a mount was killed and the cluster mounted again at the
+/// same path leaves the live mount to its own record: in use, it is
+/// refused and named, and keeps serving. Before, the killed mount's record
+/// (its process gone) found a mount at its path, took it for its own dead
+/// one and detached it, the programs in it getting errors from then on.
+#[test]
+fn down_after_a_remount_where_a_mount_was_killed_leaves_the_live_mount_alone() {
+    let (base, cluster) = up("remount-down", "1");
+    let d = cluster.0.to_str().unwrap();
+    let at = base.join("m");
+    let mut old = Mounted::new(&cluster.0, at.clone());
+    old.child.kill().unwrap(); // SIGKILL: its record stays behind
+    old.child.wait().unwrap();
+    let o = Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(&at)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let new = Mounted::new(&cluster.0, at.clone());
+    std::fs::create_dir(new.p("w")).unwrap();
+    std::fs::write(new.p("w/f"), b"in use during down").unwrap();
+    let mut holder = Command::new("sleep")
+        .arg("120")
+        .current_dir(new.p("w"))
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = parcache(&["down", "--data", d]);
+    let served = mounted(&at) && std::fs::read(new.p("w/f")).ok().as_deref() == Some(&b"in use during down"[..]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(!ok && err.contains("still mounted and in use"), "{out}{err}");
+    assert!(!err.contains("whose mount process had died"), "{err}");
+    assert!(served, "the live mount was detached: {err}");
+    let (ok, out, err) = parcache(&["down", "--data", d]);
+    assert!(ok, "{out}{err}");
+    assert!(!mounted(&at));
+    // Its process was killed and waited for; its drop would look at a
+    // mount point the new mount's drop removes.
+    std::mem::forget(old);
+    drop(new);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A mount stopped with SIGTERM pushes its dirty data and exits 0; one
 /// whose servers all died meanwhile exits with the error naming what it
 /// could not reach, having tried once, and the next `parcache down` says
