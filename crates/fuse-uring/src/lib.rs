@@ -1,0 +1,20 @@
+//! FUSE over io_uring (Linux 6.14+): the kernel hands each request to a
+//! queue of the CPU it was made on, and takes the reply from the same
+//! entry, so a server thread bound to that CPU answers without waking
+//! another one. On this project's 2-vCPU virtual machines a request's round
+//! trip over /dev/fuse is 50-60 us, almost all of it waking the other CPU
+//! and back; over a queue it is 9-10 us (`bench` `fuse-rtt`, issue 14).
+//!
+//! [`queue`] is the transport: a queue's entries registered with the
+//! kernel, the requests they receive and the replies they send.
+//! [`wire`] is the part of FUSE's wire format the entries carry. [`probe`]
+//! is a file system of one file served over either transport, which
+//! measures them and tests the queues against the kernel. The mount
+//! (`parcache-fuse`, on fuser) does not use the queues yet: fuser reads
+//! /dev/fuse only and keeps its request parsing private.
+
+pub mod probe;
+pub mod queue;
+pub mod wire;
+
+pub use queue::{Next, Queue, Request};

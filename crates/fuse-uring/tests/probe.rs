@@ -1,0 +1,105 @@
+//! The probe file system against the real kernel: served over /dev/fuse,
+//! then over a queue per CPU, it must give every byte of its file back and
+//! (over the queues) answer the reads there, not over /dev/fuse. Needs
+//! root (mount(2)); over io_uring, a kernel that has it (6.14+).
+
+use parcache_fuse_uring::probe::{self, Probe, Transport};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Reads `n` pieces of `len` bytes at spread offsets on every CPU (a
+/// thread bound to each in turn), checking each byte.
+fn read_everywhere(p: &Probe, n: u64, len: usize) {
+    let cpus = probe::possible_cpus().unwrap();
+    std::thread::scope(|s| {
+        for cpu in 0..cpus {
+            s.spawn(move || {
+                let mut set = rustix::thread::CpuSet::new();
+                set.set(cpu);
+                let _ = rustix::thread::sched_setaffinity(None, &set);
+                let f = std::fs::File::open(p.file()).unwrap();
+                let mut buf = vec![0u8; len];
+                for i in 0..n {
+                    let at = (i * 7919 * 4096 + cpu as u64 * 4096) % (probe::FILE_SIZE - len as u64);
+                    f.read_exact_at(&mut buf, at).unwrap();
+                    for (k, &b) in buf.iter().enumerate() {
+                        assert_eq!(
+                            b,
+                            probe::byte_at(at + k as u64),
+                            "byte {} of the probe file",
+                            at + k as u64
+                        );
+                    }
+                }
+                assert_eq!(std::fs::metadata(p.file()).unwrap().len(), probe::FILE_SIZE);
+            });
+        }
+    });
+}
+
+/// Restores `enable_uring` as it was when the test ends, however it ends.
+struct Restore(bool);
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            "/sys/module/fuse/parameters/enable_uring",
+            if self.0 { "Y" } else { "N" },
+        );
+    }
+}
+
+#[test]
+fn the_probe_serves_its_file_over_dev_fuse_and_over_the_queues() {
+    if !is_root() {
+        eprintln!("skipped: mounting the probe needs root");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("parcache-probe-{}", std::process::id()));
+    let (dev_at, ring_at) = (base.join("dev"), base.join("ring"));
+    std::fs::create_dir_all(&dev_at).unwrap();
+    std::fs::create_dir_all(&ring_at).unwrap();
+
+    let p = Probe::mount(&dev_at, Transport::Dev).unwrap();
+    assert!(!p.uring);
+    read_everywhere(&p, 50, 4096);
+    read_everywhere(&p, 4, 1 << 20);
+    assert!(p.over_dev.load(Ordering::Relaxed) >= 2 * 54);
+    assert_eq!(p.over_uring.load(Ordering::Relaxed), 0);
+    p.stop().unwrap();
+
+    let Some(was) = probe::uring_enabled() else {
+        eprintln!("over io_uring skipped: this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)");
+        std::fs::remove_dir_all(&base).unwrap();
+        return;
+    };
+    let _restore = Restore(was);
+    std::fs::write("/sys/module/fuse/parameters/enable_uring", "Y").unwrap();
+    let p = Probe::mount(&ring_at, Transport::Uring).unwrap();
+    assert!(
+        p.uring,
+        "the kernel offers io_uring (enable_uring is Y) and the probe asked for it"
+    );
+    let before = p.over_dev.load(Ordering::Relaxed);
+    read_everywhere(&p, 50, 4096);
+    read_everywhere(&p, 4, 1 << 20);
+    let cpus = probe::possible_cpus().unwrap() as u64;
+    assert!(
+        p.over_uring.load(Ordering::Relaxed) >= cpus * 54,
+        "{} requests over the queues for {} reads",
+        p.over_uring.load(Ordering::Relaxed),
+        cpus * 54
+    );
+    // Only forgets and interrupts (never answered) may still use /dev/fuse.
+    assert_eq!(
+        p.over_dev.load(Ordering::Relaxed),
+        before,
+        "answers over /dev/fuse once the queues are up"
+    );
+    // Unmounting ends every queue's thread without an error.
+    p.stop().unwrap();
+    std::fs::remove_dir_all(&base).unwrap();
+}
