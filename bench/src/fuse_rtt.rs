@@ -49,7 +49,7 @@ fn measure(p: &Probe, n: usize) -> Result<Figures> {
         std::fs::metadata(&path)?;
     }
     let stat_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
-    let cpus = probe::possible_cpus()?;
+    let cpus = parcache_fuse_uring::possible_cpus()?;
     let t = Instant::now();
     std::thread::scope(|s| -> Result<()> {
         let runs: Vec<_> = (0..cpus)
@@ -124,7 +124,7 @@ fn main() -> Result<()> {
     let base = std::env::temp_dir().join(format!("parcache-fuse-rtt-{}", std::process::id()));
     eprintln!("fuse-rtt: /dev/fuse, {n} requests of each kind");
     let (dev, _) = run(&base.join("dev"), Transport::Dev, n)?;
-    let was = probe::uring_enabled();
+    let was = parcache_fuse_uring::uring_enabled();
     let _restore = Restore(was);
     let ring = match was {
         None => None,

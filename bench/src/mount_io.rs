@@ -32,6 +32,11 @@
 //! for any start of theirs; `PARCACHE_LAZY_CACHE=1` has them take it as
 //! blocks fill it (`iod --lazy-cache`), each page's first touch then paid
 //! on the data path.
+//!
+//! parcache's mount takes its requests over FUSE's io_uring queues (a
+//! queue per CPU) where the kernel offers them: as root the run sets the
+//! fuse module's `enable_uring` for parcache's part and restores it after;
+//! `PARCACHE_FUSE_URING=off` measures the mount over /dev/fuse instead.
 
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};
@@ -321,7 +326,12 @@ impl ParcacheMount {
                     .with_context(|| format!("{var}={v}"))?;
             }
         }
-        self.session = Some(Mount::new(fs.clone(), self.rt.handle().clone()).spawn(&self.at)?);
+        let uring = std::env::var("PARCACHE_FUSE_URING").map_or(true, |v| v != "off");
+        self.session = Some(
+            Mount::new(fs.clone(), self.rt.handle().clone())
+                .with_fuse_uring(uring)
+                .spawn(&self.at)?,
+        );
         wait_mounted(&self.at)?;
         // As `parcache mount` does; waited for, as a data server's start is
         // (`PARCACHE_LAZY_CACHE=1`: the pool takes it as blocks fill it).
@@ -446,6 +456,54 @@ fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, 
     }
 }
 
+/// The fuse module's `enable_uring`, set for parcache's part of the run
+/// (root, a kernel that has it, `PARCACHE_FUSE_URING` not `off`) and
+/// restored when dropped.
+struct UringForRun {
+    /// What it was, if this run set it.
+    was: Option<bool>,
+    why: &'static str,
+}
+
+impl UringForRun {
+    const AT: &'static str = "/sys/module/fuse/parameters/enable_uring";
+
+    fn start() -> UringForRun {
+        let off = |why| UringForRun { was: None, why };
+        if std::env::var("PARCACHE_FUSE_URING").is_ok_and(|v| v == "off") {
+            return off("/dev/fuse (PARCACHE_FUSE_URING=off)");
+        }
+        let Ok(v) = std::fs::read_to_string(Self::AT) else {
+            return off("/dev/fuse (this kernel has no FUSE over io_uring)");
+        };
+        if v.trim() == "Y" {
+            return UringForRun {
+                was: Some(true),
+                why: "io_uring queues, one per CPU (enable_uring was already Y)",
+            };
+        }
+        match std::fs::write(Self::AT, "Y") {
+            Ok(()) => UringForRun {
+                was: Some(false),
+                why: "io_uring queues, one per CPU (enable_uring set to Y for this run)",
+            },
+            Err(_) => off("/dev/fuse (enable_uring is N and only root may set it)"),
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        self.why
+    }
+}
+
+impl Drop for UringForRun {
+    fn drop(&mut self) {
+        if self.was == Some(false) {
+            let _ = std::fs::write(Self::AT, "N");
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let mib: u64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(1024);
     let files: usize = std::env::args()
@@ -484,6 +542,8 @@ fn main() -> Result<()> {
     let bf = bf?;
     std::fs::remove_dir_all(&bsrc)?;
 
+    // FUSE over io_uring for parcache's part (bindfs's libfuse has none).
+    let uring = UringForRun::start();
     let threads = parcache_bench::ThreadWatch::start();
     let mut cluster = BenchCluster::start(&dir.join("cluster"), 4)?;
     let tcp = parcache_bench::loopback_tcp(mib.min(1024) << 20)?;
@@ -519,6 +579,7 @@ fn main() -> Result<()> {
         println!("(not root: the page cache was not dropped, so local and bindfs 'cold' reads are cached)");
     }
     println!("baseline, same run: loopback TCP {tcp:.2} GB/s");
+    println!("parcache's FUSE transport: {}", uring.describe());
     println!(
         "machine, same run: a round trip between two threads {:.1} us as the scheduler places them, {} (every FUSE request wakes the mount and then the program)",
         wake.0,

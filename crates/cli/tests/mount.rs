@@ -4266,3 +4266,130 @@ fn a_mount_takes_its_node_cache_memory_once_mounted_unless_lazy() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// The threads of process `pid` named `prefix…`.
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|c| c.starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Sets the fuse module's `enable_uring` for a test, and back as it was.
+struct EnableUring(bool);
+
+impl EnableUring {
+    const AT: &'static str = "/sys/module/fuse/parameters/enable_uring";
+
+    fn on() -> Option<EnableUring> {
+        let was = std::fs::read_to_string(Self::AT).ok()?.trim() == "Y";
+        std::fs::write(Self::AT, "Y").ok()?;
+        Some(EnableUring(was))
+    }
+}
+
+impl Drop for EnableUring {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::AT, if self.0 { "Y" } else { "N" });
+    }
+}
+
+/// Where the kernel offers FUSE over io_uring (Linux 6.14+, root), a mount
+/// serves its requests over a queue per CPU (threads `fuse-queue-N`), and
+/// everything a program does there holds: pjdfstest passes, and bytes
+/// written, renamed, listed and given attributes through it are what a
+/// second node, which takes its requests over /dev/fuse
+/// (`--no-io-uring`), sees, and the other way round.
+#[test]
+fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: setting enable_uring needs root");
+        return;
+    }
+    let Some(_uring) = EnableUring::on() else {
+        eprintln!("SKIPPED: this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)");
+        return;
+    };
+    let (base, cluster) = up("fuse-uring", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let b = Mounted::with_args(&cluster.0, base.join("b"), None, &["--no-io-uring"]);
+    let cpus = parcache_fuse_uring::possible_cpus().unwrap();
+    assert_eq!(threads_named(a.child.id(), "fuse-queue-"), cpus, "a queue per CPU");
+    assert_eq!(threads_named(b.child.id(), "fuse-queue-"), 0, "--no-io-uring");
+
+    // Bytes both ways, large and small, at odd offsets.
+    let big = pattern(3 << 20, 11);
+    std::fs::write(a.p("big"), &big).unwrap();
+    assert!(
+        std::fs::read(b.p("big")).unwrap() == big,
+        "written over the queues, read over /dev/fuse"
+    );
+    let f = std::fs::OpenOptions::new().write(true).open(b.p("big")).unwrap();
+    f.write_all_at(b"patched", 1_000_003).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let mut want = big.clone();
+    want[1_000_003..1_000_010].copy_from_slice(b"patched");
+    assert!(
+        std::fs::read(a.p("big")).unwrap() == want,
+        "written over /dev/fuse, read over the queues"
+    );
+    // Names: a directory of 2,000, a rename, a symlink, an attribute.
+    std::fs::create_dir(a.p("d")).unwrap();
+    for i in 0..2000 {
+        std::fs::write(a.p(&format!("d/f{i:04}")), i.to_string()).unwrap();
+    }
+    assert_eq!(std::fs::read_dir(a.p("d")).unwrap().count(), 2000);
+    assert_eq!(std::fs::read_dir(b.p("d")).unwrap().count(), 2000);
+    std::fs::rename(a.p("d/f0007"), a.p("moved")).unwrap();
+    assert_eq!(std::fs::read_to_string(b.p("moved")).unwrap(), "7");
+    std::os::unix::fs::symlink("moved", a.p("link")).unwrap();
+    assert_eq!(std::fs::read_link(b.p("link")).unwrap(), Path::new("moved"));
+    let o = Command::new("setfattr")
+        .args(["-n", "user.k", "-v", "v"])
+        .arg(a.p("moved"))
+        .output();
+    if let Ok(o) = o {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let g = Command::new("getfattr")
+            .args(["-n", "user.k", "--only-values"])
+            .arg(b.p("moved"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&g.stdout), "v");
+    }
+    std::fs::remove_dir_all(a.p("d")).unwrap();
+    assert!(!b.p("d").exists() || std::fs::read_dir(b.p("d")).is_err());
+
+    // The public conformance suite, over the queues.
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/bin/pjdfstest");
+    if bin.exists() {
+        std::fs::create_dir(a.p("pjd")).unwrap();
+        let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pjdfstest/pjdfstest.toml");
+        let o = Command::new(&bin)
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(a.p("pjd"))
+            .current_dir(a.p("pjd"))
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let summary = out.lines().find(|l| l.starts_with("Summary")).unwrap_or("no summary");
+        let failed: Vec<&str> = out.lines().filter(|l| l.ends_with("FAILED")).collect();
+        assert!(
+            o.status.success() && failed.is_empty(),
+            "{summary}\n{}",
+            failed.join("\n")
+        );
+        eprintln!("pjdfstest over FUSE's io_uring queues: {summary}");
+    }
+    // Both end cleanly (the queues' threads end with the connection).
+    a.unmount();
+    b.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -17,4 +17,24 @@ pub mod probe;
 pub mod queue;
 pub mod wire;
 
-pub use queue::{Next, Queue, Request};
+pub use queue::{dup_fd, Answer, Next, Queue, Replier, Request};
+
+use std::io;
+
+/// Whether the kernel may offer FUSE over io_uring: the `fuse` module's
+/// `enable_uring` parameter (Linux 6.14+, `CONFIG_FUSE_IO_URING`); None
+/// if this kernel has no such parameter.
+pub fn uring_enabled() -> Option<bool> {
+    let v = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").ok()?;
+    Some(v.trim() == "Y" || v.trim() == "1")
+}
+
+/// The CPUs the kernel counts (`nr_cpu_ids`, from
+/// `/sys/devices/system/cpu/possible`): it wants a queue for each.
+pub fn possible_cpus() -> io::Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let last = s.trim().rsplit(['-', ',']).next().unwrap_or("0");
+    last.parse::<usize>()
+        .map(|n| n + 1)
+        .map_err(|e| io::Error::other(format!("/sys/devices/system/cpu/possible: {e}")))
+}

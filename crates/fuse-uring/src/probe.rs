@@ -4,6 +4,7 @@
 //! It answers from memory, so the figures are the transport's alone.
 //! Mounting needs root (`mount(2)` with the connection's descriptor).
 
+use crate::possible_cpus;
 use crate::queue::{Next, Queue};
 use crate::wire::{self, IN_HEADER, OUT_HEADER};
 use std::fs::File;
@@ -34,24 +35,6 @@ pub enum Transport {
     /// A queue per possible CPU over io_uring, each served by a thread
     /// bound to its CPU; /dev/fuse only for `INIT`, forgets and interrupts.
     Uring,
-}
-
-/// Whether the kernel may offer FUSE over io_uring: the `fuse` module's
-/// `enable_uring` parameter (Linux 6.14+, `CONFIG_FUSE_IO_URING`); None
-/// if this kernel has no such parameter.
-pub fn uring_enabled() -> Option<bool> {
-    let v = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").ok()?;
-    Some(v.trim() == "Y" || v.trim() == "1")
-}
-
-/// The CPUs the kernel counts (`nr_cpu_ids`, from
-/// `/sys/devices/system/cpu/possible`): it wants a queue for each.
-pub fn possible_cpus() -> io::Result<usize> {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let last = s.trim().rsplit(['-', ',']).next().unwrap_or("0");
-    last.parse::<usize>()
-        .map(|n| n + 1)
-        .map_err(|e| io::Error::other(format!("/sys/devices/system/cpu/possible: {e}")))
 }
 
 /// A mounted probe; unmounted (lazily) when stopped or dropped.
@@ -332,6 +315,7 @@ fn serve_queue(
             return Err(e);
         }
     };
+    let replier = q.replier();
     let mut out = Vec::new();
     loop {
         let i = match q.wait()? {
@@ -344,6 +328,6 @@ fn serve_queue(
         };
         count.fetch_add(1, Ordering::Relaxed);
         let body = if err == 0 { &out[..] } else { &[][..] };
-        q.reply(i, err, &[body])?;
+        replier.reply(i, err, &[body])?;
     }
 }

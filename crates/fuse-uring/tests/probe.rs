@@ -14,7 +14,7 @@ fn is_root() -> bool {
 /// Reads `n` pieces of `len` bytes at spread offsets on every CPU (a
 /// thread bound to each in turn), checking each byte.
 fn read_everywhere(p: &Probe, n: u64, len: usize) {
-    let cpus = probe::possible_cpus().unwrap();
+    let cpus = parcache_fuse_uring::possible_cpus().unwrap();
     std::thread::scope(|s| {
         for cpu in 0..cpus {
             s.spawn(move || {
@@ -71,7 +71,7 @@ fn the_probe_serves_its_file_over_dev_fuse_and_over_the_queues() {
     assert_eq!(p.over_uring.load(Ordering::Relaxed), 0);
     p.stop().unwrap();
 
-    let Some(was) = probe::uring_enabled() else {
+    let Some(was) = parcache_fuse_uring::uring_enabled() else {
         eprintln!("over io_uring skipped: this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)");
         std::fs::remove_dir_all(&base).unwrap();
         return;
@@ -86,7 +86,7 @@ fn the_probe_serves_its_file_over_dev_fuse_and_over_the_queues() {
     let before = p.over_dev.load(Ordering::Relaxed);
     read_everywhere(&p, 50, 4096);
     read_everywhere(&p, 4, 1 << 20);
-    let cpus = probe::possible_cpus().unwrap() as u64;
+    let cpus = parcache_fuse_uring::possible_cpus().unwrap() as u64;
     assert!(
         p.over_uring.load(Ordering::Relaxed) >= cpus * 54,
         "{} requests over the queues for {} reads",

@@ -12,24 +12,28 @@
 //! them; a `stat` anywhere after it sees it. A directory's are kept for a
 //! second ([`DIR_TTL`]).
 
-use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-};
+use fuser::{FileAttr, FileType, Filesystem, KernelConfig, Request, TimeOrNow};
 use parcache_client::{Attr, FileKind, KernelCache, SetAttr, Timestamp};
 use parcache_client::{Fs, FsError};
 use parking_lot::Mutex;
+use reply::{
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr,
+};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod farewell;
 mod leases;
 mod recorder;
+mod reply;
+mod ring;
 pub use farewell::Farewell;
 use leases::{KernelLeases, Ticket};
 use parcache_core::TraceOp;
@@ -68,6 +72,57 @@ pub fn raise_read_ahead(mountpoint: &Path, kib: u32) -> std::io::Result<()> {
     let dev = mount_device(&std::fs::read("/proc/self/mountinfo")?, &at)
         .ok_or_else(|| std::io::Error::other(format!("{} is not in /proc/self/mountinfo", at.display())))?;
     std::fs::write(format!("/sys/class/bdi/{dev}/read_ahead_kb"), kib.to_string())
+}
+
+/// This process's descriptors open on /dev/fuse.
+fn fuse_devices() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let fd = e.file_name().to_str()?.parse::<i32>().ok()?;
+        (std::fs::read_link(e.path()).ok()? == Path::new("/dev/fuse")).then_some(fd)
+    })
+    .collect()
+}
+
+/// Starts a thread per CPU serving the mount's requests over FUSE's
+/// io_uring queues ([`ring`]), registered on the connection fuser opened
+/// (the one /dev/fuse descriptor not in `before`). Once the kernel agreed
+/// to the queues it holds every request until each CPU's queue is
+/// registered, so a failure here leaves the mount unusable: the caller
+/// unmounts.
+fn start_queues(mount: Mount, before: &[i32], at: &Path) -> std::io::Result<()> {
+    let fail =
+        |e: String| std::io::Error::other(format!("{}: FUSE's io_uring queues could not start: {e}", at.display()));
+    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
+    let fuse = match new[..] {
+        [fd] => Arc::new(parcache_fuse_uring::dup_fd(fd).map_err(|e| fail(e.to_string()))?),
+        _ => {
+            return Err(fail(format!(
+                "{} new /dev/fuse descriptors in this process, not one",
+                new.len()
+            )))
+        }
+    };
+    let cpus = parcache_fuse_uring::possible_cpus().map_err(|e| fail(e.to_string()))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    for q in 0..cpus {
+        let (m, f, tx) = (mount.clone(), fuse.clone(), tx.clone());
+        std::thread::Builder::new()
+            .name(format!("fuse-queue-{q}"))
+            .spawn(move || ring::serve(m, f, q as u16, tx))
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    drop(tx);
+    for _ in 0..cpus {
+        rx.recv()
+            .map_err(|_| fail("a queue's thread ended".into()))?
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    tracing::info!("{}: requests served over FUSE's io_uring queues ({cpus})", at.display());
+    Ok(())
 }
 
 /// One line of `/proc/mounts`: what is mounted, where, and its type.
@@ -152,6 +207,7 @@ fn mount_device(mountinfo: &[u8], at: &Path) -> Option<String> {
 }
 
 /// The mounted file system.
+#[derive(Clone)]
 pub struct Mount {
     fs: Arc<Fs>,
     rt: tokio::runtime::Handle,
@@ -161,7 +217,8 @@ pub struct Mount {
     /// whole (in pages from the metadata server) when read from the start,
     /// so offsets stay valid however large the directory.
     dirs: Arc<Mutex<HashMap<u64, Arc<Vec<Listed>>>>>,
-    next_dir: u64,
+    /// The next directory handle (shared by every transport's threads).
+    next_dir: Arc<AtomicU64>,
     /// `--record`: the trace of the operations that reach the mount.
     recorder: Option<Arc<Recorder>>,
     /// Directories' attributes as this node's creates left them.
@@ -173,7 +230,13 @@ pub struct Mount {
     /// Whether the kernel maps files opened for direct I/O through its page
     /// cache (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6): then opens for
     /// reading and writing may bypass the page cache too.
-    direct_mmap: bool,
+    direct_mmap: Arc<AtomicBool>,
+    /// Whether to ask the kernel for FUSE's io_uring queues ([`ring`]).
+    want_uring: bool,
+    /// The kernel agreed to the queues at `INIT`.
+    uring: Arc<AtomicBool>,
+    /// `INIT` was answered (the queues may be registered).
+    initialized: Arc<AtomicBool>,
     /// The last work at the session's end, shared with the process's stop.
     farewell: Arc<Farewell>,
 }
@@ -242,6 +305,37 @@ impl CreatedIn {
     }
 }
 
+/// Who made a request: what the kernel's request header says of its
+/// process, whichever transport brought it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller {
+    uid: u32,
+    gid: u32,
+    pid: u32,
+}
+
+impl Caller {
+    fn of(req: &Request<'_>) -> Caller {
+        Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: req.pid(),
+        }
+    }
+
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    fn gid(&self) -> u32 {
+        self.gid
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 /// One entry of a listing: handle, kind, name.
 type Listed = (u64, FileType, std::ffi::OsString);
 
@@ -254,12 +348,15 @@ impl Mount {
             rt,
             open: Arc::new(Mutex::new(HashMap::new())),
             dirs: Arc::new(Mutex::new(HashMap::new())),
-            next_dir: 1,
+            next_dir: Arc::new(AtomicU64::new(1)),
             recorder: None,
             created_in: Arc::new(Mutex::new(CreatedIn::default())),
             leases: Arc::new(KernelLeases::default()),
             read_bufs: Arc::default(),
-            direct_mmap: false,
+            direct_mmap: Arc::default(),
+            want_uring: true,
+            uring: Arc::default(),
+            initialized: Arc::default(),
         }
     }
 
@@ -269,6 +366,15 @@ impl Mount {
     /// its outcome, and waits for it if the session's end began it.
     pub fn farewell(&self) -> Arc<Farewell> {
         self.farewell.clone()
+    }
+
+    /// Whether to serve requests over FUSE's io_uring queues where the
+    /// kernel offers them (`enable_uring` of the `fuse` module, Linux
+    /// 6.14+); the default. Without them every request comes over
+    /// /dev/fuse.
+    pub fn with_fuse_uring(mut self, on: bool) -> Self {
+        self.want_uring = on;
+        self
     }
 
     /// Records every file operation into `recorder` (`mount --record`).
@@ -298,6 +404,8 @@ impl Mount {
             MountOption::RW,
         ];
         let (fs, leases, rt) = (self.fs.clone(), self.leases.clone(), self.rt.clone());
+        let (queues, agreed, initialized) = (self.clone(), self.uring.clone(), self.initialized.clone());
+        let before = fuse_devices();
         let session = fuser::spawn_mount2(self, mountpoint, &opts)?;
         // From here on the kernel keeps files' attributes and names under
         // leases, and forgets them when they are called back.
@@ -308,6 +416,17 @@ impl Mount {
         // `INIT` (a value written before is lost), and holds every request
         // until then: a `statfs`, which always reaches the mount, returns
         // after it.
+        if queues.want_uring {
+            // With the queues agreed, the kernel holds every request until
+            // each CPU's queue is registered: start them before any.
+            let t = Instant::now();
+            while !initialized.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if agreed.load(Ordering::Relaxed) {
+                start_queues(queues, &before, mountpoint)?;
+            }
+        }
         let _ = rustix::fs::statvfs(mountpoint);
         match raise_read_ahead(mountpoint, READ_AHEAD_KIB) {
             Ok(()) => {}
@@ -621,7 +740,7 @@ impl Mount {
     /// where the kernel can still map it ([`Mount::direct_mmap`]; without
     /// that, a shared writable `mmap` of a direct open fails with `ENODEV`).
     fn writer(&self, flags: i32) -> bool {
-        write_only(flags) || (writes(flags) && self.direct_mmap)
+        write_only(flags) || (writes(flags) && self.direct_mmap.load(Ordering::Relaxed))
     }
 
     /// The attributes of an open file, or from the metadata server.
@@ -637,36 +756,12 @@ impl Mount {
     }
 }
 
-impl Filesystem for Mount {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {
-        let _ = config.set_max_write(MAX_IO);
-        if let Err(max) = config.set_max_readahead(MAX_IO) {
-            let _ = config.set_max_readahead(max);
-        }
-        // Lookups and creates in one directory run concurrently; direct
-        // I/O (sprite files) is asynchronous too. Each only if the kernel
-        // has it.
-        for cap in [FUSE_PARALLEL_DIROPS, FUSE_ASYNC_DIO] {
-            let _ = config.add_capabilities(cap);
-        }
-        self.direct_mmap = config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
-        Ok(())
-    }
-
-    fn destroy(&mut self) {
-        if let Some(r) = &self.recorder {
-            r.flush();
-        }
-        // Its errors are logged where it runs; the process learns them.
-        let _ = self.farewell.run(&self.rt);
-    }
-
-    /// The kernel dropped the inode: its names need no callback any more.
-    fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
-        self.leases.dropped(ino);
-    }
-
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+/// The requests, whichever transport brought them: fuser's session over
+/// /dev/fuse (the [`Filesystem`] methods below call these) or a queue per
+/// CPU over io_uring ([`ring`]). Their arguments are fuser's.
+#[allow(clippy::too_many_arguments)]
+impl Mount {
+    pub(crate) fn lookup(&mut self, _req: &Caller, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let fs = self.fs.clone();
         let name = match name_of(name) {
             Ok(n) => n,
@@ -723,7 +818,7 @@ impl Filesystem for Mount {
         );
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    pub(crate) fn getattr(&mut self, _req: &Caller, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         let fs = self.fs.clone();
         if let Some((a, left)) = self.created_in.lock().fresh(ino) {
             return reply.attr(&left, &file_attr(&fs, &a));
@@ -749,9 +844,9 @@ impl Filesystem for Mount {
         });
     }
 
-    fn setattr(
+    pub(crate) fn setattr(
         &mut self,
-        _req: &Request<'_>,
+        _req: &Caller,
         ino: u64,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -824,7 +919,7 @@ impl Filesystem for Mount {
         });
     }
 
-    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    pub(crate) fn mkdir(&mut self, req: &Caller, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
@@ -849,7 +944,7 @@ impl Filesystem for Mount {
         );
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn unlink(&mut self, _req: &Caller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
@@ -877,7 +972,7 @@ impl Filesystem for Mount {
         );
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn rmdir(&mut self, _req: &Caller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(name) {
@@ -900,9 +995,9 @@ impl Filesystem for Mount {
         );
     }
 
-    fn rename(
+    pub(crate) fn rename(
         &mut self,
-        _req: &Request<'_>,
+        _req: &Caller,
         parent: u64,
         name: &OsStr,
         newparent: u64,
@@ -940,7 +1035,7 @@ impl Filesystem for Mount {
         });
     }
 
-    fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+    pub(crate) fn open(&mut self, req: &Caller, ino: u64, flags: i32, reply: ReplyOpen) {
         let fs = self.fs.clone();
         let open = self.open.clone();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
@@ -976,9 +1071,9 @@ impl Filesystem for Mount {
         });
     }
 
-    fn create(
+    pub(crate) fn create(
         &mut self,
-        req: &Request<'_>,
+        req: &Caller,
         parent: u64,
         name: &OsStr,
         mode: u32,
@@ -1034,9 +1129,9 @@ impl Filesystem for Mount {
         });
     }
 
-    fn read(
+    pub(crate) fn read(
         &mut self,
-        req: &Request<'_>,
+        req: &Caller,
         ino: u64,
         fh: u64,
         offset: i64,
@@ -1048,6 +1143,34 @@ impl Filesystem for Mount {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
+        let reply = match reply {
+            // Over a queue: the bytes are read straight into the request's
+            // entry, where the kernel takes them from, on the queue's
+            // thread (the program's CPU) unless the read has to wait.
+            reply::Out::Ring(r) => {
+                let mut answer = r.into_answer();
+                return self.run(async move {
+                    let size = (size as usize).min(answer.buf().len());
+                    let r = async {
+                        fs.read_into(&attr.await?, offset.max(0) as u64, &mut answer.buf()[..size])
+                            .await
+                    };
+                    let sent = match r.await {
+                        Ok(n) => {
+                            if let Some((r, t, pid)) = rec {
+                                r.log(t, r.opener(fh, pid), ino, TraceOp::Read, offset.max(0) as u64, n as u64);
+                            }
+                            answer.send(0, n)
+                        }
+                        Err(e) => answer.send(-errno(&e), 0),
+                    };
+                    if let Err(e) = sent {
+                        tracing::warn!("a FUSE answer over io_uring was lost: {e}");
+                    }
+                });
+            }
+            dev => dev,
+        };
         let run = if size as usize <= INLINE_MAX {
             Self::run
         } else {
@@ -1070,9 +1193,9 @@ impl Filesystem for Mount {
         });
     }
 
-    fn write(
+    pub(crate) fn write(
         &mut self,
-        req: &Request<'_>,
+        req: &Caller,
         ino: u64,
         fh: u64,
         offset: i64,
@@ -1133,15 +1256,15 @@ impl Filesystem for Mount {
     /// elsewhere in the program sends these too, at any moment): under
     /// close-to-open the file's dirty blocks go down and its size reaches
     /// the metadata server.
-    fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
+    pub(crate) fn flush(&mut self, _req: &Caller, ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
         self.done(async move { fs.flush(&attr.await?).await }, reply);
     }
 
-    fn release(
+    pub(crate) fn release(
         &mut self,
-        req: &Request<'_>,
+        req: &Caller,
         ino: u64,
         fh: u64,
         flags: i32,
@@ -1177,7 +1300,7 @@ impl Filesystem for Mount {
         );
     }
 
-    fn fsync(&mut self, req: &Request<'_>, ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
+    pub(crate) fn fsync(&mut self, req: &Caller, ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
@@ -1193,18 +1316,17 @@ impl Filesystem for Mount {
         );
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
-        let fh = self.next_dir;
-        self.next_dir += 1;
+    pub(crate) fn opendir(&mut self, _req: &Caller, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
         reply.opened(fh, 0);
     }
 
-    fn releasedir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
+    pub(crate) fn releasedir(&mut self, _req: &Caller, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
         self.dirs.lock().remove(&fh);
         reply.ok();
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
+    pub(crate) fn readdir(&mut self, _req: &Caller, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
         let fs = self.fs.clone();
         let dirs = self.dirs.clone();
         let have = if offset > 0 {
@@ -1244,9 +1366,9 @@ impl Filesystem for Mount {
         });
     }
 
-    fn mknod(
+    pub(crate) fn mknod(
         &mut self,
-        req: &Request<'_>,
+        req: &Caller,
         parent: u64,
         name: &OsStr,
         mode: u32,
@@ -1282,9 +1404,9 @@ impl Filesystem for Mount {
     /// cover it; the bytes read as zeros), `FALLOC_FL_KEEP_SIZE` alone has
     /// nothing to do (space is not reserved ahead); other modes (punching
     /// holes, collapsing ranges) are not supported.
-    fn fallocate(
+    pub(crate) fn fallocate(
         &mut self,
-        _req: &Request<'_>,
+        _req: &Caller,
         ino: u64,
         _fh: u64,
         offset: i64,
@@ -1322,7 +1444,7 @@ impl Filesystem for Mount {
 
     /// `SEEK_DATA` and `SEEK_HOLE` (cp asks them to copy sparse files): the
     /// whole file is data, as on a file system that does not track holes.
-    fn lseek(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
+    pub(crate) fn lseek(&mut self, _req: &Caller, ino: u64, _fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
         const SEEK_DATA: i32 = 3;
         const SEEK_HOLE: i32 = 4;
         const ENXIO: i32 = 6;
@@ -1346,9 +1468,9 @@ impl Filesystem for Mount {
 
     /// `copy_file_range`: the bytes pass through this node's cache (up to
     /// 16 MiB per call; callers loop on a short count).
-    fn copy_file_range(
+    pub(crate) fn copy_file_range(
         &mut self,
-        req: &Request<'_>,
+        req: &Caller,
         ino_in: u64,
         fh_in: u64,
         offset_in: i64,
@@ -1399,16 +1521,16 @@ impl Filesystem for Mount {
     }
 
     /// `fsyncdir`: the metadata server commits durably.
-    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+    pub(crate) fn fsyncdir(&mut self, _req: &Caller, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         self.done(async move { fs.fsync_dir(ino).await }, reply);
     }
 
     /// No ioctls are served: answered ENOTTY at once, as a local file
     /// system answers one it does not know (and not logged per call).
-    fn ioctl(
+    pub(crate) fn ioctl(
         &mut self,
-        _req: &Request<'_>,
+        _req: &Caller,
         _ino: u64,
         _fh: u64,
         _flags: u32,
@@ -1420,7 +1542,7 @@ impl Filesystem for Mount {
         reply.error(25);
     }
 
-    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    pub(crate) fn symlink(&mut self, req: &Caller, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.dirs_change();
         let fs = self.fs.clone();
         let (name, target) = match name_of(link_name) {
@@ -1440,7 +1562,7 @@ impl Filesystem for Mount {
         );
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+    pub(crate) fn readlink(&mut self, _req: &Caller, ino: u64, reply: ReplyData) {
         let fs = self.fs.clone();
         self.run(async move {
             match fs.readlink(ino).await {
@@ -1450,7 +1572,7 @@ impl Filesystem for Mount {
         });
     }
 
-    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+    pub(crate) fn link(&mut self, _req: &Caller, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
         self.dirs_change();
         let fs = self.fs.clone();
         let name = match name_of(newname) {
@@ -1469,9 +1591,9 @@ impl Filesystem for Mount {
         );
     }
 
-    fn setxattr(
+    pub(crate) fn setxattr(
         &mut self,
-        _req: &Request<'_>,
+        _req: &Caller,
         ino: u64,
         name: &OsStr,
         value: &[u8],
@@ -1507,7 +1629,7 @@ impl Filesystem for Mount {
         }
     }
 
-    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+    pub(crate) fn getxattr(&mut self, _req: &Caller, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
         let Some(name) = xattr_name(name).filter(|n| n.starts_with("user.")) else {
             // Answered here: the kernel asks for `security.capability`
             // before every write to a file (to clear it), and only
@@ -1540,7 +1662,7 @@ impl Filesystem for Mount {
     /// The file's `user.*` attributes and the policies set on it (not
     /// inherited ones nor defaults, so `cp -a` and `tar --xattrs` do not
     /// pin them on copies; `getfattr -n` reads any policy).
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+    pub(crate) fn listxattr(&mut self, _req: &Caller, ino: u64, size: u32, reply: ReplyXattr) {
         let fs = self.fs.clone();
         self.run(async move {
             let r = async {
@@ -1566,7 +1688,7 @@ impl Filesystem for Mount {
     }
 
     /// `removexattr user.parcache.KEY` returns the file to the default policy.
-    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+    pub(crate) fn removexattr(&mut self, _req: &Caller, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         self.dirs_change();
         let Some(name) = xattr_name(name) else {
             return reply.error(ENODATA);
@@ -1581,7 +1703,7 @@ impl Filesystem for Mount {
         }
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    pub(crate) fn statfs(&mut self, _req: &Caller, _ino: u64, reply: ReplyStatfs) {
         let fs = self.fs.clone();
         self.run(async move {
             match fs.statfs().await {
@@ -1601,6 +1723,362 @@ impl Filesystem for Mount {
                 Err(e) => reply.error(errno(&e)),
             }
         });
+    }
+}
+
+impl Filesystem for Mount {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {
+        let _ = config.set_max_write(MAX_IO);
+        if let Err(max) = config.set_max_readahead(MAX_IO) {
+            let _ = config.set_max_readahead(max);
+        }
+        // Lookups and creates in one directory run concurrently; direct
+        // I/O (sprite files) is asynchronous too. Each only if the kernel
+        // has it.
+        for cap in [FUSE_PARALLEL_DIROPS, FUSE_ASYNC_DIO] {
+            let _ = config.add_capabilities(cap);
+        }
+        self.direct_mmap.store(
+            config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok(),
+            Ordering::Relaxed,
+        );
+        if self.want_uring {
+            let offered = config
+                .add_capabilities(parcache_fuse_uring::wire::FUSE_OVER_IO_URING)
+                .is_ok();
+            self.uring.store(offered, Ordering::Relaxed);
+        }
+        self.initialized.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Some(r) = &self.recorder {
+            r.flush();
+        }
+        // Its errors are logged where it runs; the process learns them.
+        let _ = self.farewell.run(&self.rt);
+    }
+
+    /// The kernel dropped the inode: its names need no callback any more.
+    fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
+        self.leases.dropped(ino);
+    }
+
+    fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: fuser::ReplyEntry) {
+        Mount::lookup(self, &Caller::of(req), parent, name, reply.into())
+    }
+
+    fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: fuser::ReplyAttr) {
+        Mount::getattr(self, &Caller::of(req), ino, _fh, reply.into())
+    }
+
+    fn setattr(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: fuser::ReplyAttr,
+    ) {
+        Mount::setattr(
+            self,
+            &Caller::of(req),
+            ino,
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            _ctime,
+            _fh,
+            _crtime,
+            _chgtime,
+            _bkuptime,
+            _flags,
+            reply.into(),
+        )
+    }
+
+    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: fuser::ReplyEntry) {
+        Mount::mkdir(self, &Caller::of(req), parent, name, mode, umask, reply.into())
+    }
+
+    fn unlink(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: fuser::ReplyEmpty) {
+        Mount::unlink(self, &Caller::of(req), parent, name, reply.into())
+    }
+
+    fn rmdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: fuser::ReplyEmpty) {
+        Mount::rmdir(self, &Caller::of(req), parent, name, reply.into())
+    }
+
+    fn rename(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: fuser::ReplyEmpty,
+    ) {
+        Mount::rename(
+            self,
+            &Caller::of(req),
+            parent,
+            name,
+            newparent,
+            newname,
+            flags,
+            reply.into(),
+        )
+    }
+
+    fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: fuser::ReplyOpen) {
+        Mount::open(self, &Caller::of(req), ino, flags, reply.into())
+    }
+
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        Mount::create(self, &Caller::of(req), parent, name, mode, umask, flags, reply.into())
+    }
+
+    fn read(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: fuser::ReplyData,
+    ) {
+        Mount::read(
+            self,
+            &Caller::of(req),
+            ino,
+            fh,
+            offset,
+            size,
+            _flags,
+            _lock_owner,
+            reply.into(),
+        )
+    }
+
+    fn write(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        write_flags: u32,
+        flags: i32,
+        _lock_owner: Option<u64>,
+        reply: fuser::ReplyWrite,
+    ) {
+        Mount::write(
+            self,
+            &Caller::of(req),
+            ino,
+            fh,
+            offset,
+            data,
+            write_flags,
+            flags,
+            _lock_owner,
+            reply.into(),
+        )
+    }
+
+    fn flush(&mut self, req: &Request<'_>, ino: u64, _fh: u64, _lock_owner: u64, reply: fuser::ReplyEmpty) {
+        Mount::flush(self, &Caller::of(req), ino, _fh, _lock_owner, reply.into())
+    }
+
+    fn release(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: fuser::ReplyEmpty,
+    ) {
+        Mount::release(
+            self,
+            &Caller::of(req),
+            ino,
+            fh,
+            flags,
+            _lock_owner,
+            _flush,
+            reply.into(),
+        )
+    }
+
+    fn fsync(&mut self, req: &Request<'_>, ino: u64, fh: u64, _datasync: bool, reply: fuser::ReplyEmpty) {
+        Mount::fsync(self, &Caller::of(req), ino, fh, _datasync, reply.into())
+    }
+
+    fn opendir(&mut self, req: &Request<'_>, _ino: u64, _flags: i32, reply: fuser::ReplyOpen) {
+        Mount::opendir(self, &Caller::of(req), _ino, _flags, reply.into())
+    }
+
+    fn releasedir(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: fuser::ReplyEmpty) {
+        Mount::releasedir(self, &Caller::of(req), _ino, fh, _flags, reply.into())
+    }
+
+    fn readdir(&mut self, req: &Request<'_>, ino: u64, fh: u64, offset: i64, reply: fuser::ReplyDirectory) {
+        Mount::readdir(self, &Caller::of(req), ino, fh, offset, reply.into())
+    }
+
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: fuser::ReplyEntry,
+    ) {
+        Mount::mknod(self, &Caller::of(req), parent, name, mode, umask, rdev, reply.into())
+    }
+
+    fn fallocate(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: fuser::ReplyEmpty,
+    ) {
+        Mount::fallocate(self, &Caller::of(req), ino, _fh, offset, length, mode, reply.into())
+    }
+
+    fn lseek(&mut self, req: &Request<'_>, ino: u64, _fh: u64, offset: i64, whence: i32, reply: fuser::ReplyLseek) {
+        Mount::lseek(self, &Caller::of(req), ino, _fh, offset, whence, reply.into())
+    }
+
+    fn copy_file_range(
+        &mut self,
+        req: &Request<'_>,
+        ino_in: u64,
+        fh_in: u64,
+        offset_in: i64,
+        ino_out: u64,
+        _fh_out: u64,
+        offset_out: i64,
+        len: u64,
+        _flags: u32,
+        reply: fuser::ReplyWrite,
+    ) {
+        Mount::copy_file_range(
+            self,
+            &Caller::of(req),
+            ino_in,
+            fh_in,
+            offset_in,
+            ino_out,
+            _fh_out,
+            offset_out,
+            len,
+            _flags,
+            reply.into(),
+        )
+    }
+
+    fn fsyncdir(&mut self, req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: fuser::ReplyEmpty) {
+        Mount::fsyncdir(self, &Caller::of(req), ino, _fh, _datasync, reply.into())
+    }
+
+    fn ioctl(
+        &mut self,
+        req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _flags: u32,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        Mount::ioctl(
+            self,
+            &Caller::of(req),
+            _ino,
+            _fh,
+            _flags,
+            _cmd,
+            _in_data,
+            _out_size,
+            reply.into(),
+        )
+    }
+
+    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: fuser::ReplyEntry) {
+        Mount::symlink(self, &Caller::of(req), parent, link_name, target, reply.into())
+    }
+
+    fn readlink(&mut self, req: &Request<'_>, ino: u64, reply: fuser::ReplyData) {
+        Mount::readlink(self, &Caller::of(req), ino, reply.into())
+    }
+
+    fn link(&mut self, req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: fuser::ReplyEntry) {
+        Mount::link(self, &Caller::of(req), ino, newparent, newname, reply.into())
+    }
+
+    fn setxattr(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: fuser::ReplyEmpty,
+    ) {
+        Mount::setxattr(self, &Caller::of(req), ino, name, value, flags, _position, reply.into())
+    }
+
+    fn getxattr(&mut self, req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        Mount::getxattr(self, &Caller::of(req), ino, name, size, reply.into())
+    }
+
+    fn listxattr(&mut self, req: &Request<'_>, ino: u64, size: u32, reply: fuser::ReplyXattr) {
+        Mount::listxattr(self, &Caller::of(req), ino, size, reply.into())
+    }
+
+    fn removexattr(&mut self, req: &Request<'_>, ino: u64, name: &OsStr, reply: fuser::ReplyEmpty) {
+        Mount::removexattr(self, &Caller::of(req), ino, name, reply.into())
+    }
+
+    fn statfs(&mut self, req: &Request<'_>, _ino: u64, reply: fuser::ReplyStatfs) {
+        Mount::statfs(self, &Caller::of(req), _ino, reply.into())
     }
 }
 
