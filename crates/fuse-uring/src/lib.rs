@@ -38,3 +38,12 @@ pub fn possible_cpus() -> io::Result<usize> {
         .map(|n| n + 1)
         .map_err(|e| io::Error::other(format!("/sys/devices/system/cpu/possible: {e}")))
 }
+
+/// Whether this process may make io_uring rings (`kernel.io_uring_disabled`
+/// and seccomp can forbid it even where FUSE offers its queues): a mount
+/// asks the kernel for the queues only if it can serve them.
+pub fn rings_allowed() -> bool {
+    io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry>::builder()
+        .build(2)
+        .is_ok()
+}

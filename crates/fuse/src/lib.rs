@@ -403,10 +403,18 @@ impl Mount {
             MountOption::AllowOther,
             MountOption::RW,
         ];
-        let (fs, leases, rt) = (self.fs.clone(), self.leases.clone(), self.rt.clone());
-        let (queues, agreed, initialized) = (self.clone(), self.uring.clone(), self.initialized.clone());
+        let mut this = self;
+        if this.want_uring && !parcache_fuse_uring::rings_allowed() {
+            tracing::info!(
+                "{}: requests over /dev/fuse: this process may not make io_uring rings",
+                mountpoint.display()
+            );
+            this.want_uring = false;
+        }
+        let (fs, leases, rt) = (this.fs.clone(), this.leases.clone(), this.rt.clone());
+        let (queues, agreed, initialized) = (this.clone(), this.uring.clone(), this.initialized.clone());
         let before = fuse_devices();
-        let session = fuser::spawn_mount2(self, mountpoint, &opts)?;
+        let session = fuser::spawn_mount2(this, mountpoint, &opts)?;
         // From here on the kernel keeps files' attributes and names under
         // leases, and forgets them when they are called back.
         let _ = leases.notifier.set(session.notifier());
