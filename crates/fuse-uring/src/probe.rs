@@ -32,6 +32,10 @@ pub fn byte_at(offset: u64) -> u8 {
 pub enum Transport {
     /// One thread reading /dev/fuse (as fuser's session loop does).
     Dev,
+    /// As [`Transport::Uring`], every answer sent from a thread of its own
+    /// that ends at once (as a runtime's idle threads end): what a server
+    /// whose answers come from other threads must survive.
+    UringAnsweredElsewhere,
     /// A queue per possible CPU over io_uring, each served by a thread
     /// bound to its CPU; /dev/fuse only for `INIT`, forgets and interrupts.
     Uring,
@@ -76,7 +80,8 @@ impl Probe {
             uring: false,
             mounted: true,
         };
-        let want = transport == Transport::Uring;
+        let want = transport != Transport::Dev;
+        let elsewhere = transport == Transport::UringAnsweredElsewhere;
         let (tx, rx) = std::sync::mpsc::channel();
         let (dev, count) = (fuse.clone(), p.over_dev.clone());
         p.threads
@@ -91,8 +96,9 @@ impl Probe {
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             for q in 0..cpus {
                 let (fuse, count, ready) = (fuse.clone(), p.over_uring.clone(), ready_tx.clone());
-                p.threads
-                    .push(std::thread::spawn(move || serve_queue(fuse, q as u16, &count, ready)));
+                p.threads.push(std::thread::spawn(move || {
+                    serve_queue(fuse, q as u16, &count, ready, elsewhere)
+                }));
             }
             for _ in 0..cpus {
                 ready_rx
@@ -299,6 +305,7 @@ fn serve_queue(
     qid: u16,
     count: &AtomicU64,
     ready: std::sync::mpsc::Sender<io::Result<()>>,
+    elsewhere: bool,
 ) -> io::Result<()> {
     let mut cpus = rustix::thread::CpuSet::new();
     cpus.set(qid as usize);
@@ -328,6 +335,13 @@ fn serve_queue(
         };
         count.fetch_add(1, Ordering::Relaxed);
         let body = if err == 0 { &out[..] } else { &[][..] };
-        replier.reply(i, err, &[body])?;
+        if elsewhere {
+            let (r, body) = (replier.clone(), body.to_vec());
+            std::thread::spawn(move || r.reply(i, err, &[&body]))
+                .join()
+                .map_err(|_| io::Error::other("an answering thread panicked"))??;
+        } else {
+            replier.reply(i, err, &[body])?;
+        }
     }
 }

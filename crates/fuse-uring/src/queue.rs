@@ -6,13 +6,15 @@
 //! on a virtual machine costs more than the request (Documentation/
 //! filesystems/fuse-io-uring.rst in Linux; issue 14).
 //!
-//! The queue's thread waits and reads requests. A reply may come from any
-//! thread ([`Replier`]): the queue's own thread's commits go with its next
-//! wait; another thread submits its commit itself. (Waking the queue's
-//! thread to submit it instead, through an eventfd the ring polled, kept
-//! the kernel's work on the queue's CPU but was no faster: cold 512 MiB
-//! reads 1.0-1.5 GB/s against 1.1-1.5, 4 KiB node-cache hits within the
-//! noise; issue 14.)
+//! The queue's thread waits, reads requests and submits every command to
+//! the ring. A reply may come from any thread ([`Replier`]): one from
+//! another thread puts its commit in the ring and wakes the queue's thread
+//! (an eventfd the ring polls), which submits it. A command belongs to the
+//! thread that submitted it: when a runtime thread that had submitted a
+//! commit itself ended (a blocking-pool thread idle for 10 s), the kernel
+//! cancelled the entry's next fetch and a program's request waited for
+//! ever (found with fio under a lazy unmount; the queue's thread lives as
+//! long as the connection).
 #![allow(unsafe_code)]
 
 use crate::wire::{self, Header};
@@ -20,10 +22,13 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::Layout;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
+
+/// The ring's `user_data` of the eventfd's poll (entries use their index).
+const WAKE: u64 = u64::MAX;
 
 /// Bytes of an entry's header buffer: a page, as the kernel pins it.
 const HEADER_BUF: usize = 4096;
@@ -93,16 +98,18 @@ impl Drop for Entry {
 struct Shared {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     /// Serializes pushes to the submission queue (the queue's thread and
-    /// repliers on other threads; submitting needs no lock: the kernel
-    /// takes the ring's).
+    /// repliers on other threads).
     sq: Mutex<()>,
     /// The /dev/fuse connection the queue serves.
     fuse: Arc<File>,
+    /// Written by a replier on another thread to wake the queue's thread.
+    wake: OwnedFd,
     qid: u16,
     entries: Vec<Entry>,
     /// The connection ended: the kernel writes into no entry any more.
     ended: AtomicBool,
-    /// The queue's thread (its commits are submitted by its next wait).
+    /// The queue's thread, the one that submits (a reply made on it needs
+    /// no wake-up).
     thread: ThreadId,
 }
 
@@ -135,6 +142,18 @@ impl Shared {
             .build()
             .user_data(i as u64);
         with_len(sqe, 2)
+    }
+
+    /// The ring's poll of the queue's eventfd (armed again when it ends).
+    fn wake_poll(&self) -> squeue::Entry128 {
+        let poll = opcode::PollAdd::new(
+            types::Fd(self.wake.as_raw_fd()),
+            rustix::event::PollFlags::IN.bits() as u32,
+        )
+        .multi(true)
+        .build()
+        .user_data(WAKE);
+        poll.into()
     }
 
     fn push(&self, sqe: squeue::Entry128) -> io::Result<()> {
@@ -190,6 +209,10 @@ impl Queue {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_cqsize((2 * depth as u32 + 2).next_power_of_two())
             .build((depth as u32 + 1).next_power_of_two())?;
+        let wake = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
         let entries = (0..depth)
             .map(|_| Entry::new(payload))
             .collect::<io::Result<Vec<_>>>()?;
@@ -197,6 +220,7 @@ impl Queue {
             ring,
             sq: Mutex::new(()),
             fuse,
+            wake,
             qid,
             entries,
             ended: AtomicBool::new(false),
@@ -205,6 +229,7 @@ impl Queue {
         for i in 0..shared.entries.len() {
             shared.push(shared.register(i))?;
         }
+        shared.push(shared.wake_poll())?;
         shared.ring.submit()?;
         Ok(Queue {
             shared,
@@ -230,10 +255,20 @@ impl Queue {
                 Err(e) => return Err(e),
             }
             // SAFETY: only this thread reads the completion queue.
-            let done: Vec<(u64, i32)> = unsafe { self.shared.ring.completion_shared() }
-                .map(|c| (c.user_data(), c.result()))
+            let done: Vec<(u64, i32, u32)> = unsafe { self.shared.ring.completion_shared() }
+                .map(|c| (c.user_data(), c.result(), c.flags()))
                 .collect();
-            for (data, res) in done {
+            for (data, res, flags) in done {
+                if data == WAKE {
+                    // Commits pushed by other threads: submitted by the
+                    // next wait.
+                    let mut b = [0u8; 8];
+                    let _ = rustix::io::read(&self.shared.wake, &mut b);
+                    if !cqueue::more(flags) {
+                        self.shared.push(self.shared.wake_poll())?;
+                    }
+                    continue;
+                }
                 match res {
                     0.. => self.ready.push_back(data as usize),
                     // Registered before the kernel took the answer to its
@@ -387,10 +422,7 @@ impl Replier {
             .user_data(i as u64);
         s.push(sqe)?;
         if std::thread::current().id() != s.thread {
-            // Submitted here: the kernel copies the answer out on this
-            // thread (a large read's bytes are hot in its cache), not on
-            // the queue's, which is woken only by its next request.
-            s.ring.submit()?;
+            rustix::io::write(&s.wake, &1u64.to_ne_bytes())?;
         }
         Ok(())
     }

@@ -101,5 +101,32 @@ fn the_probe_serves_its_file_over_dev_fuse_and_over_the_queues() {
     );
     // Unmounting ends every queue's thread without an error.
     p.stop().unwrap();
+
+    // Answers sent from threads that end at once: the next request in
+    // each entry must still come (it waited for ever when such a thread
+    // had submitted the commit itself).
+    let else_at = base.join("elsewhere");
+    std::fs::create_dir_all(&else_at).unwrap();
+    let p = Probe::mount(&else_at, Transport::UringAnsweredElsewhere).unwrap();
+    let file = p.file();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&file).unwrap();
+        let mut b = vec![0u8; 4096];
+        for i in 0..12u64 {
+            // Idle between requests: each entry waits for its next one
+            // after the thread that answered its last has ended.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            f.read_exact_at(&mut b, i * 4096).unwrap();
+            tx.send(b[0] == probe::byte_at(i * 4096)).unwrap();
+        }
+    });
+    for i in 0..12 {
+        let right = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("read {i} was never answered"));
+        assert!(right, "read {i}: wrong bytes");
+    }
+    p.stop().unwrap();
     std::fs::remove_dir_all(&base).unwrap();
 }
