@@ -237,6 +237,14 @@ pub struct Mount {
     uring: Arc<AtomicBool>,
     /// `INIT` was answered (the queues may be registered).
     initialized: Arc<AtomicBool>,
+    /// Held while a request is started (its arguments read and its work
+    /// polled once, [`Mount::run`]), by whichever thread took it: requests
+    /// start one at a time, in the order they were taken, as fuser's one
+    /// reading thread starts them, which the mount's code relies on (a
+    /// write and the flush of a duplicate descriptor of its file, on two
+    /// CPUs' queues, once lost the small file's copy at the metadata
+    /// server: `a_small_file_written_while_a_duplicate_closes_keeps_its_copy`).
+    starting: Arc<Mutex<()>>,
     /// The last work at the session's end, shared with the process's stop.
     farewell: Arc<Farewell>,
 }
@@ -357,6 +365,7 @@ impl Mount {
             want_uring: true,
             uring: Arc::default(),
             initialized: Arc::default(),
+            starting: Arc::default(),
         }
     }
 
@@ -1770,6 +1779,7 @@ impl Filesystem for Mount {
 
     /// The kernel dropped the inode: its names need no callback any more.
     fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
+        let _one_at_a_time = self.starting.lock();
         self.leases.dropped(ino);
     }
 

@@ -75,6 +75,8 @@ pub(crate) fn serve(mut mount: Mount, fuse: Arc<File>, qid: u16, ready: std::syn
         args.clear();
         args.extend_from_slice(r.op);
         args.extend_from_slice(r.payload);
+        let starting = mount.starting.clone();
+        let _one_at_a_time = starting.lock();
         dispatch(&mut mount, &h, &args[..op_len], &args[op_len..], &replier, i);
     }
 }
