@@ -33,10 +33,11 @@
 //! blocks fill it (`iod --lazy-cache`), each page's first touch then paid
 //! on the data path.
 //!
-//! parcache's mount takes its requests over FUSE's io_uring queues (a
-//! queue per CPU) where the kernel offers them: as root the run sets the
-//! fuse module's `enable_uring` for parcache's part and restores it after;
-//! `PARCACHE_FUSE_URING=off` measures the mount over /dev/fuse instead.
+//! `PARCACHE_FUSE_URING=on` runs parcache's mount over FUSE's io_uring
+//! queues (a queue per CPU, `parcache mount --io-uring`) where the kernel
+//! has them: as root the run sets the fuse module's `enable_uring` for
+//! parcache's part and restores it after. By default the mount takes its
+//! requests over /dev/fuse, as `parcache mount` does.
 
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};
@@ -326,7 +327,7 @@ impl ParcacheMount {
                     .with_context(|| format!("{var}={v}"))?;
             }
         }
-        let uring = std::env::var("PARCACHE_FUSE_URING").map_or(true, |v| v != "off");
+        let uring = std::env::var("PARCACHE_FUSE_URING").is_ok_and(|v| v == "on");
         self.session = Some(
             Mount::new(fs.clone(), self.rt.handle().clone())
                 .with_fuse_uring(uring)
@@ -457,8 +458,8 @@ fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, 
 }
 
 /// The fuse module's `enable_uring`, set for parcache's part of the run
-/// (root, a kernel that has it, `PARCACHE_FUSE_URING` not `off`) and
-/// restored when dropped.
+/// (`PARCACHE_FUSE_URING=on`, root, a kernel that has it) and restored
+/// when dropped.
 struct UringForRun {
     /// What it was, if this run set it.
     was: Option<bool>,
@@ -470,8 +471,8 @@ impl UringForRun {
 
     fn start() -> UringForRun {
         let off = |why| UringForRun { was: None, why };
-        if std::env::var("PARCACHE_FUSE_URING").is_ok_and(|v| v == "off") {
-            return off("/dev/fuse (PARCACHE_FUSE_URING=off)");
+        if !std::env::var("PARCACHE_FUSE_URING").is_ok_and(|v| v == "on") {
+            return off("/dev/fuse (the default; PARCACHE_FUSE_URING=on: io_uring queues)");
         }
         let Ok(v) = std::fs::read_to_string(Self::AT) else {
             return off("/dev/fuse (this kernel has no FUSE over io_uring)");

@@ -4298,11 +4298,11 @@ impl Drop for EnableUring {
 }
 
 /// Where the kernel offers FUSE over io_uring (Linux 6.14+, root), a mount
-/// serves its requests over a queue per CPU (threads `fuse-queue-N`), and
-/// everything a program does there holds: pjdfstest passes, and bytes
-/// written, renamed, listed and given attributes through it are what a
-/// second node, which takes its requests over /dev/fuse
-/// (`--no-io-uring`), sees, and the other way round.
+/// given `--io-uring` serves its requests over a queue per CPU (threads
+/// `fuse-queue-N`), and everything a program does there holds: pjdfstest
+/// passes, and bytes written, renamed, listed and given attributes through
+/// it are what a second node, which takes its requests over /dev/fuse
+/// (the default), sees, and the other way round.
 #[test]
 fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
     if !rustix::process::geteuid().is_root() {
@@ -4314,11 +4314,11 @@ fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
         return;
     };
     let (base, cluster) = up("fuse-uring", "2");
-    let a = Mounted::new(&cluster.0, base.join("a"));
-    let b = Mounted::with_args(&cluster.0, base.join("b"), None, &["--no-io-uring"]);
+    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--io-uring"]);
+    let b = Mounted::new(&cluster.0, base.join("b"));
     let cpus = parcache_fuse_uring::possible_cpus().unwrap();
     assert_eq!(threads_named(a.child.id(), "fuse-queue-"), cpus, "a queue per CPU");
-    assert_eq!(threads_named(b.child.id(), "fuse-queue-"), 0, "--no-io-uring");
+    assert_eq!(threads_named(b.child.id(), "fuse-queue-"), 0, "without --io-uring");
 
     // Bytes both ways, large and small, at odd offsets.
     let big = pattern(3 << 20, 11);
