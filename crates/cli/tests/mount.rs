@@ -2095,25 +2095,38 @@ fn special_files_long_and_odd_names_xattrs_and_fallocate() {
 /// but the last).
 #[test]
 fn pjdfstest_passes_inside_the_mount() {
+    let (base, cluster) = up("pjdfstest", "2");
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let passed = pjdfstest_in(&a.p(""));
+    a.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+    if let Some(n) = passed {
+        assert!(n >= 380, "{n} passed");
+    }
+}
+
+/// Runs pjdfstest (built by scripts/setup.sh) in `dir`, asserting that
+/// nothing failed; how many tests passed, or None (and a note) if it is
+/// not built.
+fn pjdfstest_in(dir: &Path) -> Option<u32> {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/bin/pjdfstest");
     if !bin.exists() {
         eprintln!("SKIPPED: {} is missing (scripts/setup.sh builds it)", bin.display());
-        return;
+        return None;
     }
     let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pjdfstest/pjdfstest.toml");
-    let (base, cluster) = up("pjdfstest", "2");
-    let a = Mounted::new(&cluster.0, base.join("a"));
     let o = Command::new(&bin)
         .arg("-c")
         .arg(&conf)
         .arg("-p")
-        .arg(a.p(""))
-        .current_dir(a.p(""))
+        .arg(dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     let summary = out.lines().find(|l| l.starts_with("Summary")).unwrap_or("no summary");
-    eprintln!("pjdfstest in the mount: {summary}");
+    eprintln!("pjdfstest in {}: {summary}", dir.display());
     let failed: Vec<&str> = out.lines().filter(|l| l.ends_with("FAILED")).collect();
     assert!(
         o.status.success() && failed.is_empty(),
@@ -2121,15 +2134,10 @@ fn pjdfstest_passes_inside_the_mount() {
         failed.join("\n"),
         String::from_utf8_lossy(&o.stderr)
     );
-    let passed: u32 = summary
+    summary
         .split(", ")
         .find_map(|p| p.strip_suffix(" passed"))
         .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(passed >= 380, "{summary}");
-    a.unmount();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// A file unlinked while open stays readable and writable through its
@@ -4365,28 +4373,8 @@ fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
     assert!(!b.p("d").exists() || std::fs::read_dir(b.p("d")).is_err());
 
     // The public conformance suite, over the queues.
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/bin/pjdfstest");
-    if bin.exists() {
-        std::fs::create_dir(a.p("pjd")).unwrap();
-        let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pjdfstest/pjdfstest.toml");
-        let o = Command::new(&bin)
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(a.p("pjd"))
-            .current_dir(a.p("pjd"))
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout);
-        let summary = out.lines().find(|l| l.starts_with("Summary")).unwrap_or("no summary");
-        let failed: Vec<&str> = out.lines().filter(|l| l.ends_with("FAILED")).collect();
-        assert!(
-            o.status.success() && failed.is_empty(),
-            "{summary}\n{}",
-            failed.join("\n")
-        );
-        eprintln!("pjdfstest over FUSE's io_uring queues: {summary}");
-    }
+    std::fs::create_dir(a.p("pjd")).unwrap();
+    pjdfstest_in(&a.p("pjd"));
     // Both end cleanly (the queues' threads end with the connection).
     a.unmount();
     b.unmount();
