@@ -98,16 +98,6 @@ fn run(at: &std::path::Path, t: Transport, n: usize) -> Result<(Figures, bool)> 
     Ok((fig?, uring))
 }
 
-/// Restores `enable_uring` as it was, however the run ends.
-struct Restore(Option<bool>);
-impl Drop for Restore {
-    fn drop(&mut self) {
-        if let Some(was) = self.0 {
-            let _ = std::fs::write("/sys/module/fuse/parameters/enable_uring", if was { "Y" } else { "N" });
-        }
-    }
-}
-
 fn main() -> Result<()> {
     let n: usize = match std::env::args().nth(1) {
         Some(a) => a
@@ -124,12 +114,10 @@ fn main() -> Result<()> {
     let base = std::env::temp_dir().join(format!("parcache-fuse-rtt-{}", std::process::id()));
     eprintln!("fuse-rtt: /dev/fuse, {n} requests of each kind");
     let (dev, _) = run(&base.join("dev"), Transport::Dev, n)?;
-    let was = parcache_fuse_uring::uring_enabled();
-    let _restore = Restore(was);
-    let ring = match was {
+    let uring = parcache_fuse_uring::UringEnabled::set().context("enabling FUSE over io_uring")?;
+    let ring = match &uring {
         None => None,
         Some(_) => {
-            std::fs::write("/sys/module/fuse/parameters/enable_uring", "Y").context("enabling FUSE over io_uring")?;
             eprintln!("fuse-rtt: FUSE over io_uring, {n} requests of each kind");
             let (f, agreed) = run(&base.join("ring"), Transport::Uring, n)?;
             if !agreed {
@@ -138,6 +126,7 @@ fn main() -> Result<()> {
             Some(f)
         }
     };
+    drop(uring);
     let _ = std::fs::remove_dir_all(&base);
     println!("FUSE round trips, probe file system answering from memory; {n} requests of each kind");
     println!("               4K read us      stat us  4K IOPS all CPUs  1 MiB reads GB/s");

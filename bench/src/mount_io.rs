@@ -458,50 +458,35 @@ fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, 
 }
 
 /// The fuse module's `enable_uring`, set for parcache's part of the run
-/// (`PARCACHE_FUSE_URING=on`, root, a kernel that has it) and restored
-/// when dropped.
+/// (`PARCACHE_FUSE_URING=on`, root, a kernel that has it) and put back
+/// when dropped, with what the mount's transport was.
 struct UringForRun {
-    /// What it was, if this run set it.
-    was: Option<bool>,
+    _set: Option<parcache_fuse_uring::UringEnabled>,
     why: &'static str,
 }
 
 impl UringForRun {
-    const AT: &'static str = "/sys/module/fuse/parameters/enable_uring";
-
     fn start() -> UringForRun {
-        let off = |why| UringForRun { was: None, why };
+        let off = |why| UringForRun { _set: None, why };
         if !std::env::var("PARCACHE_FUSE_URING").is_ok_and(|v| v == "on") {
             return off("/dev/fuse (the default; PARCACHE_FUSE_URING=on: io_uring queues)");
         }
-        let Ok(v) = std::fs::read_to_string(Self::AT) else {
-            return off("/dev/fuse (this kernel has no FUSE over io_uring)");
-        };
-        if v.trim() == "Y" {
-            return UringForRun {
-                was: Some(true),
-                why: "io_uring queues, one per CPU (enable_uring was already Y)",
-            };
-        }
-        match std::fs::write(Self::AT, "Y") {
-            Ok(()) => UringForRun {
-                was: Some(false),
-                why: "io_uring queues, one per CPU (enable_uring set to Y for this run)",
-            },
+        match parcache_fuse_uring::UringEnabled::set() {
+            Ok(None) => off("/dev/fuse (this kernel has no FUSE over io_uring)"),
             Err(_) => off("/dev/fuse (enable_uring is N and only root may set it)"),
+            Ok(Some(u)) => UringForRun {
+                why: if u.was_set() {
+                    "io_uring queues, one per CPU (enable_uring was already Y)"
+                } else {
+                    "io_uring queues, one per CPU (enable_uring set to Y for this run)"
+                },
+                _set: Some(u),
+            },
         }
     }
 
     fn describe(&self) -> &'static str {
         self.why
-    }
-}
-
-impl Drop for UringForRun {
-    fn drop(&mut self) {
-        if self.was == Some(false) {
-            let _ = std::fs::write(Self::AT, "N");
-        }
     }
 }
 

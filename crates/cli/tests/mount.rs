@@ -4286,25 +4286,6 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// Sets the fuse module's `enable_uring` for a test, and back as it was.
-struct EnableUring(bool);
-
-impl EnableUring {
-    const AT: &'static str = "/sys/module/fuse/parameters/enable_uring";
-
-    fn on() -> Option<EnableUring> {
-        let was = std::fs::read_to_string(Self::AT).ok()?.trim() == "Y";
-        std::fs::write(Self::AT, "Y").ok()?;
-        Some(EnableUring(was))
-    }
-}
-
-impl Drop for EnableUring {
-    fn drop(&mut self) {
-        let _ = std::fs::write(Self::AT, if self.0 { "Y" } else { "N" });
-    }
-}
-
 /// Where the kernel offers FUSE over io_uring (Linux 6.14+, root), a mount
 /// given `--io-uring` serves its requests over a queue per CPU (threads
 /// `fuse-queue-N`), and everything a program does there holds: pjdfstest
@@ -4317,7 +4298,7 @@ fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
         eprintln!("SKIPPED: setting enable_uring needs root");
         return;
     }
-    let Some(_uring) = EnableUring::on() else {
+    let Some(_uring) = parcache_fuse_uring::UringEnabled::set().unwrap() else {
         eprintln!("SKIPPED: this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)");
         return;
     };

@@ -47,3 +47,37 @@ pub fn rings_allowed() -> bool {
         .build(2)
         .is_ok()
 }
+
+/// The `fuse` module's `enable_uring` set to Y (root only) until dropped,
+/// then put back as it was: for a test or benchmark that measures the
+/// queues without leaving the machine changed.
+pub struct UringEnabled {
+    was: bool,
+}
+
+impl UringEnabled {
+    const PARAM: &'static str = "/sys/module/fuse/parameters/enable_uring";
+
+    /// None if this kernel has no FUSE over io_uring; an error if it could
+    /// not be set (not root).
+    pub fn set() -> io::Result<Option<UringEnabled>> {
+        let Some(was) = uring_enabled() else { return Ok(None) };
+        if !was {
+            std::fs::write(Self::PARAM, "Y")?;
+        }
+        Ok(Some(UringEnabled { was }))
+    }
+
+    /// Whether it was already Y.
+    pub fn was_set(&self) -> bool {
+        self.was
+    }
+}
+
+impl Drop for UringEnabled {
+    fn drop(&mut self) {
+        if !self.was {
+            let _ = std::fs::write(Self::PARAM, "N");
+        }
+    }
+}

@@ -41,17 +41,6 @@ fn read_everywhere(p: &Probe, n: u64, len: usize) {
     });
 }
 
-/// Restores `enable_uring` as it was when the test ends, however it ends.
-struct Restore(bool);
-impl Drop for Restore {
-    fn drop(&mut self) {
-        let _ = std::fs::write(
-            "/sys/module/fuse/parameters/enable_uring",
-            if self.0 { "Y" } else { "N" },
-        );
-    }
-}
-
 #[test]
 fn the_probe_serves_its_file_over_dev_fuse_and_over_the_queues() {
     if !is_root() {
@@ -71,13 +60,11 @@ fn the_probe_serves_its_file_over_dev_fuse_and_over_the_queues() {
     assert_eq!(p.over_uring.load(Ordering::Relaxed), 0);
     p.stop().unwrap();
 
-    let Some(was) = parcache_fuse_uring::uring_enabled() else {
+    let Some(_uring) = parcache_fuse_uring::UringEnabled::set().unwrap() else {
         eprintln!("over io_uring skipped: this kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)");
         std::fs::remove_dir_all(&base).unwrap();
         return;
     };
-    let _restore = Restore(was);
-    std::fs::write("/sys/module/fuse/parameters/enable_uring", "Y").unwrap();
     let p = Probe::mount(&ring_at, Transport::Uring).unwrap();
     assert!(
         p.uring,
