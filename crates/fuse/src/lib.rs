@@ -443,6 +443,12 @@ impl Mount {
             }
             if agreed.load(Ordering::Relaxed) {
                 start_queues(queues, &before, mountpoint)?;
+            } else {
+                tracing::warn!(
+                    "{}: the kernel does not offer FUSE over io_uring (Linux 6.14+, with {} set to Y by root): requests come over /dev/fuse",
+                    mountpoint.display(),
+                    "/sys/module/fuse/parameters/enable_uring"
+                );
             }
         }
         let _ = rustix::fs::statvfs(mountpoint);
