@@ -26,11 +26,6 @@ pub const REQ_HEADER: usize = 256 + 32;
 /// kernel offers, and the server accepts, requests over io_uring.
 pub const FUSE_OVER_IO_URING: u64 = 1 << 41;
 
-/// The opcodes of the requests that come over /dev/fuse only (never a
-/// queue), which a server must keep reading there: `FORGET`, `INTERRUPT`,
-/// `BATCH_FORGET` (and `INIT`, before any queue exists).
-pub const DEV_ONLY: [u32; 3] = [2, 36, 42];
-
 /// The io_uring commands of FUSE (`enum fuse_uring_cmd`).
 pub const CMD_REGISTER: u32 = 1;
 pub const CMD_COMMIT_AND_FETCH: u32 = 2;
