@@ -3747,6 +3747,28 @@ fn holes_read_as_zeros_after_reads_of_other_files() {
     finish(base, cluster, a, b);
 }
 
+/// What is wrong with a log of 6-byte lines (`a0042`): lines that are not
+/// whole (zeros, torn or mixed bytes), each with its byte offset, and lines
+/// that are there twice; at most 12 of each.
+fn line_damage(log: &str) -> String {
+    let mut bad = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut twice = Vec::new();
+    let mut at = 0;
+    for l in log.split_inclusive('\n') {
+        let whole = l.len() == 6 && l.ends_with('\n') && l.as_bytes()[1..5].iter().all(u8::is_ascii_digit);
+        if !whole {
+            bad.push(format!("{l:?}@{at}"));
+        } else if !seen.insert(l) {
+            twice.push(l.trim_end().to_string());
+        }
+        at += l.len();
+    }
+    bad.truncate(12);
+    twice.truncate(12);
+    format!("{} lines, not whole: {bad:?}, twice: {twice:?}", log.lines().count())
+}
+
 /// Makes directory `/NAME` through mount `m`, its files under the
 /// consistency plug-in of that name (`parcache policy set`).
 fn plugin_dir(cluster: &Cluster, m: &Mounted, plugin: &str) {
@@ -3804,8 +3826,11 @@ fn appends_from_two_nodes_keep_every_line() {
         for w in writers {
             w.join().unwrap();
         }
-        for (node, path) in [("a", &pa), ("b", &pb)] {
-            let got = std::fs::read_to_string(path).unwrap();
+        let both = [("a", &pa), ("b", &pb)].map(|(node, path)| (node, path, std::fs::read_to_string(path).unwrap()));
+        let seen = both
+            .each_ref()
+            .map(|(node, _, got)| format!("node {node}: {}", line_damage(got)));
+        for (node, path, got) in both {
             assert_eq!(
                 got.len(),
                 4 * 120 * 6,
@@ -3816,7 +3841,10 @@ fn appends_from_two_nodes_keep_every_line() {
             for tag in ["a", "b", "c", "d"] {
                 let mine: Vec<&str> = got.lines().filter(|l| l.starts_with(tag)).collect();
                 let want: Vec<String> = (0..120).map(|i| format!("{tag}{i:04}")).collect();
-                assert!(mine == want, "{plugin} on node {node}: writer {tag}'s lines: {mine:?}");
+                assert!(
+                    mine == want,
+                    "{plugin} on node {node}: writer {tag}'s lines differ; {seen:?}"
+                );
             }
         }
     }

@@ -585,6 +585,8 @@ impl Fs {
         }
         let mut a = a.clone();
         let mut cacheable = true;
+        // Before the open is sent: see `NodeFile::may_cache`.
+        let stopped = self.file_now(a.handle).map_or(0, |f| f.stopped);
         let now = self.now();
         let pre = self.with_file(a.handle, |p, f| p.pre_open(f, now, write));
         for act in pre {
@@ -614,7 +616,11 @@ impl Fs {
         let _alone = st.gate.write().await;
         let st = self.state(&a).await?;
         let now = self.now();
-        let acts = self.with_file(a.handle, |p, f| p.post_open(f, now, view(&a), cacheable));
+        let acts = self.with_file(a.handle, |p, f| {
+            // A callback since the open was sent may have made the answer stale.
+            let cacheable = f.may_cache(cacheable, stopped);
+            p.post_open(f, now, view(&a), cacheable)
+        });
         self.run(&st, a.handle, acts, &mut a).await?;
         let st = self.state(&a).await?;
         self.take_small(&st, a.handle);

@@ -262,6 +262,11 @@ pub struct NodeFile {
     /// [`KernelCache::UntilChanged`] an open that finds the file at this
     /// version lets the kernel keep them.
     pub kernel: Option<u64>,
+    /// How many times this node stopped caching the file ([`stop_caching`]:
+    /// a `sprite` `Disable`, or an open the server said not to cache). An
+    /// open's answer that it may cache, sent before one of those reached
+    /// the node, is stale ([`NodeFile::may_cache`]).
+    pub stopped: u64,
 }
 
 impl NodeFile {
@@ -279,7 +284,23 @@ impl NodeFile {
             cached: true,
             written_blocks: None,
             kernel: None,
+            stopped: 0,
         }
+    }
+
+    /// Whether an open may take the metadata server's answer `cacheable`,
+    /// given [`NodeFile::stopped`] as it was when the open was sent. The
+    /// answer and the server's later callbacks travel apart: a `Disable`
+    /// the server made after answering (another node opened the file to
+    /// write) can reach the node and be obeyed before the answer does.
+    /// Taken then, the answer turned caching back on while the server had
+    /// it off, and no open elsewhere recalled what the node then wrote
+    /// (two nodes appending to one log under `sprite`: a line of one
+    /// stayed in its cache, and the other read zeros there). Not caching
+    /// is always safe: the node's writes go to the servers and its size is
+    /// reported at each close.
+    pub fn may_cache(&self, cacheable: bool, stopped_when_sent: u64) -> bool {
+        cacheable && self.stopped == stopped_when_sent
     }
 
     /// Written since the size was last reported to the metadata server.
@@ -647,6 +668,7 @@ pub fn revalidate(file: &mut NodeFile, now: Time, server: ServerView) -> Vec<Act
 /// the size reported.
 pub fn stop_caching(file: &mut NodeFile) -> Vec<Action> {
     file.cached = false;
+    file.stopped += 1;
     vec![Action::PushDirty, Action::DropCached, Action::ReportSize]
 }
 
