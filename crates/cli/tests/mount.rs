@@ -4150,7 +4150,9 @@ fn an_open_racing_a_close_on_the_same_node_sees_every_written_byte() {
 /// on another node with every data server stopped. (Two closes at once
 /// once sent two reports with the content from one version; the metadata
 /// server took the second for a change from a stale version and dropped
-/// the content, and the other node's read needed a data server.)
+/// the content, and the other node's read needed a data server. Later, a
+/// close's report covered the write under way beside it, whose bytes its
+/// push had not found: the file's own close then reported nothing.)
 #[test]
 fn a_small_file_written_while_a_duplicate_closes_keeps_its_copy() {
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -421,6 +421,8 @@ impl Fs {
     /// file as the metadata server last showed it, updated as answers come.
     async fn run(&self, st: &FileState, handle: u64, acts: Vec<Action>, latest: &mut Attr) -> Result<()> {
         let mut todo: VecDeque<Action> = acts.into();
+        // What the last push found landed: the report after it covers no more.
+        let mut pushed = None;
         while let Some(act) = todo.pop_front() {
             match act {
                 Action::FetchAttr => {
@@ -454,10 +456,11 @@ impl Fs {
                         todo.pop_front();
                         continue;
                     }
+                    pushed = Some(self.with_file(handle, |_, f| f.report_upto()));
                     self.write_back(&st.pool, handle).await?
                 }
                 Action::ReportSize => {
-                    if let Some(after) = self.report_attr(handle).await? {
+                    if let Some(after) = self.report(handle, false, pushed.take()).await? {
                         *latest = after;
                     }
                 }
@@ -912,6 +915,7 @@ impl Fs {
             // size reported now would show other nodes zeros.
             self.nv_sync().await?;
         } else {
+            let pushed = self.with_file(a.handle, |_, f| f.report_upto());
             self.write_back(&st.pool, a.handle).await?;
             // The data servers sync while the size goes to the metadata
             // server and is committed there: the file's bytes are on the
@@ -922,7 +926,7 @@ impl Fs {
             let every = st.policies.cooperative != CooperativeKind::None;
             let data = self.data.sync(a.handle, every);
             let size = async {
-                match self.report(a.handle, true).await? {
+                match self.report(a.handle, true, Some(pushed)).await? {
                     Some(_) => Ok(()),
                     None if every => self.md(&self.what(a.handle), Request::Sync).await.map(|_| ()),
                     None => self.sync_metadata().await,
@@ -993,7 +997,7 @@ impl Fs {
         }
         let _one = st.reporting.lock().await;
         let (size, upto) = match self.files.lock().get(&handle) {
-            Some(s) if s.file.unreported() => (s.file.size, s.file.writes),
+            Some(s) if s.file.unreported() => (s.file.size, s.file.report_upto()),
             _ => return Ok(false),
         };
         let Some((base, copy)) = self.small_content(handle, size, true) else {
@@ -1036,7 +1040,7 @@ impl Fs {
     async fn create_with_content(&self, st: &FileState, handle: u64, latest: &mut Attr) -> Result<Option<bool>> {
         let _one = st.reporting.lock().await;
         let (size, upto) = match self.files.lock().get(&handle) {
-            Some(s) => (s.file.size, s.file.writes),
+            Some(s) => (s.file.size, s.file.report_upto()),
             None => return Ok(None),
         };
         let copy = if self.data.may_live(handle) {
@@ -1092,19 +1096,30 @@ impl Fs {
     /// Tells the metadata server the size this node wrote the file to, if
     /// a report is due; the file's attributes after.
     pub(crate) async fn report_attr(&self, handle: u64) -> Result<Option<Attr>> {
-        self.report(handle, false).await
+        self.report(handle, false, None).await
     }
 
     /// [`Fs::report_attr`]; `durably`: the metadata server commits durably
     /// before it answers (`Request::Durably`: an `fsync`'s report and
-    /// commit in one round trip).
-    async fn report(&self, handle: u64, durably: bool) -> Result<Option<Attr>> {
+    /// commit in one round trip). `pushed`: the writes a push just before
+    /// found landed ([`NodeFile::report_upto`] when it began): a write that
+    /// landed after it is not on the data servers, and is not covered.
+    async fn report(&self, handle: u64, durably: bool, pushed: Option<u64>) -> Result<Option<Attr>> {
         let Some(reporting) = self.files.lock().get(&handle).map(|s| s.reporting.clone()) else {
             return Ok(None);
         };
         let _one = reporting.lock().await;
         let (size, upto, old) = match self.files.lock().get(&handle) {
-            Some(s) if s.file.unreported() => (s.file.size, s.file.writes, s.file.known_size),
+            Some(s) if s.file.unreported() => {
+                let upto = s.file.report_upto();
+                let upto = pushed.map_or(upto, |p| p.min(upto));
+                if upto <= s.file.reported {
+                    // Every write not reported is still under way: its
+                    // own end, or a later close, reports it.
+                    return Ok(None);
+                }
+                (s.file.size, upto, s.file.known_size)
+            }
             _ => return Ok(None),
         };
         // Every part as long as the size about to be reported says.
@@ -1450,14 +1465,16 @@ impl Fs {
         if !st.file.cached {
             self.data.write_with(a.handle, offset, data, st.policies.nv).await?;
         }
-        // Counted before cached bytes land, so a concurrent reader's clamp is right.
+        // Counted before cached bytes land, so a concurrent reader's clamp is
+        // right; a report before they land does not cover it.
         let bs = self.cache.block_size as u64;
-        let acts = self.with_file(a.handle, |p, f| {
+        let (acts, n) = self.with_file(a.handle, |p, f| {
             let grew = end > f.size;
-            f.wrote(end);
+            let n = f.begin_write(end);
             f.written_blocks = Some((offset / bs, (end - 1) / bs));
-            p.post_write(f, now, grew)
+            (p.post_write(f, now, grew), n)
         });
+        let landing = Landing(self, a.handle, n);
         if st.file.cached && self.interleaved(st.policies.cooperative) {
             let (size, version) = self.file_now(a.handle).map_or((end, 0), |f| (f.size, f.version));
             self.interleaved_write(&st.pool, a.handle, offset, data, size, version)
@@ -1473,6 +1490,7 @@ impl Fs {
                 .await
                 .map_err(|e| from_driver(self.what(a.handle), e))?;
         }
+        drop(landing);
         self.run(st, a.handle, acts, &mut a.clone()).await
     }
 
@@ -1574,5 +1592,16 @@ impl Fs {
             self.referenced(a.handle, offset, n as u64);
         }
         Ok(n)
+    }
+}
+
+/// A write counted at its file ([`NodeFile::begin_write`]) until its bytes
+/// land or it fails: dropped, it marks the write landed.
+struct Landing<'a>(&'a Fs, u64, u64);
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let Landing(fs, handle, n) = *self;
+        fs.with_file(handle, |_, f| f.write_landed(n));
     }
 }

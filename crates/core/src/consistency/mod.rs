@@ -52,6 +52,7 @@ use crate::catalogue::{find_named, split_params};
 use crate::error::PolicyError;
 use crate::time::{parse_span, Span, Time};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -267,6 +268,11 @@ pub struct NodeFile {
     /// open's answer that it may cache, sent before one of those reached
     /// the node, is stale ([`NodeFile::may_cache`]).
     pub stopped: u64,
+    /// Writes counted ([`NodeFile::begin_write`]) whose bytes are not yet
+    /// where a push finds them (in the node cache, or at the data servers),
+    /// by number: a size report made meanwhile does not cover them
+    /// ([`NodeFile::report_upto`]).
+    pub landing: BTreeSet<u64>,
 }
 
 impl NodeFile {
@@ -285,7 +291,34 @@ impl NodeFile {
             written_blocks: None,
             kernel: None,
             stopped: 0,
+            landing: BTreeSet::new(),
         }
+    }
+
+    /// A write up to `end` begins: counted now (a concurrent reader's clamp
+    /// must see the size it makes), landed later ([`NodeFile::write_landed`]).
+    /// Returns its number.
+    pub fn begin_write(&mut self, end: u64) -> u64 {
+        self.wrote(end);
+        self.landing.insert(self.writes);
+        self.writes
+    }
+
+    /// Write `n`'s bytes are where a push finds them (or it failed and
+    /// nothing of it will be).
+    pub fn write_landed(&mut self, n: u64) {
+        self.landing.remove(&n);
+    }
+
+    /// The writes a size report made now covers: every one before the
+    /// first still landing. A close racing a write through another
+    /// descriptor (a duplicate's close, a forked child's) once covered the
+    /// write whose bytes were not yet in the node cache: its push found
+    /// nothing, the file's own close then had nothing to report, and the
+    /// bytes reached the data servers with no new version for other nodes
+    /// to see, and no small copy at the metadata server.
+    pub fn report_upto(&self) -> u64 {
+        self.landing.first().map_or(self.writes, |n| n - 1)
     }
 
     /// Whether an open may take the metadata server's answer `cacheable`,
@@ -675,6 +708,36 @@ pub fn stop_caching(file: &mut NodeFile) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Writes begin and land in any order, reports come between: a
+        /// report covers only writes whose bytes had all landed, and once
+        /// nothing is landing it covers every write.
+        #[test]
+        fn a_report_covers_only_landed_writes(ops in proptest::collection::vec((0u8..3, 0usize..8), 1..60)) {
+            let mut f = NodeFile::new(ServerView { size: 0, version: 1 }, Time::ZERO);
+            let mut landing: Vec<u64> = vec![];
+            for (op, k) in ops {
+                match op {
+                    0 => landing.push(f.begin_write(100)),
+                    1 if !landing.is_empty() => {
+                        let n = landing.remove(k % landing.len());
+                        f.write_landed(n);
+                    }
+                    _ => {
+                        let upto = f.report_upto();
+                        prop_assert!(landing.iter().all(|&n| n > upto), "report up to {} covers one of {:?}", upto, landing);
+                        f.reported(upto, ServerView { size: 100, version: 2 });
+                    }
+                }
+            }
+            for n in landing {
+                f.write_landed(n);
+            }
+            prop_assert_eq!(f.report_upto(), f.writes);
+        }
+    }
 
     /// A file made behind is current at the version the server made it at
     /// (its blocks and the kernel's pages are this node's own), with the
