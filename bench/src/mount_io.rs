@@ -42,7 +42,7 @@
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};
 use parcache_client::Fs;
-use parcache_fuse::Mount;
+use parcache_fuse::{FuseQueues, Mount};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -330,7 +330,7 @@ impl ParcacheMount {
         let uring = std::env::var("PARCACHE_FUSE_URING").is_ok_and(|v| v == "on");
         self.session = Some(
             Mount::new(fs.clone(), self.rt.handle().clone())
-                .with_fuse_uring(uring)
+                .with_fuse_uring(if uring { FuseQueues::On } else { FuseQueues::Off })
                 .spawn(&self.at)?,
         );
         wait_mounted(&self.at)?;

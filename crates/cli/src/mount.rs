@@ -7,7 +7,7 @@
 use crate::fs::Target;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use parcache_fuse::Mount;
+use parcache_fuse::{FuseQueues, Mount};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,15 +57,19 @@ pub struct MountArgs {
     /// and `parcache advise` read). FILE must not exist yet.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
-    /// Take requests over FUSE's io_uring queues where the kernel offers
-    /// them (Linux 6.14+, with `enable_uring` of the fuse module set:
-    /// `echo Y > /sys/module/fuse/parameters/enable_uring` as root): a
-    /// request queue per CPU, answered on that CPU, so a small request's
-    /// round trip through the mount is several times shorter. Not yet the
-    /// default: see docs/mount.md, "FUSE over io_uring", for a race still
-    /// open.
-    #[arg(long)]
+    /// Take requests over FUSE's io_uring queues, and warn where the
+    /// kernel does not offer them. The default takes them wherever it does
+    /// (Linux 6.14+, with `enable_uring` of the fuse module set: `echo Y >
+    /// /sys/module/fuse/parameters/enable_uring` as root): a request queue
+    /// per CPU, answered on that CPU, so a small request's round trip
+    /// through the mount is several times shorter. See docs/mount.md,
+    /// "FUSE over io_uring".
+    #[arg(long, conflicts_with = "no_io_uring")]
     io_uring: bool,
+    /// Take every request over /dev/fuse (one reading thread), even where
+    /// the kernel offers io_uring queues.
+    #[arg(long)]
+    no_io_uring: bool,
 }
 
 /// What is at a mount point.
@@ -335,7 +339,11 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let name = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
     rt.block_on(fs.join_tier(name.display().to_string(), &a.peer_bind))
         .with_context(|| format!("--peer-bind {}", a.peer_bind))?;
-    let mut m = Mount::new(fs.clone(), rt.handle().clone()).with_fuse_uring(a.io_uring);
+    let mut m = Mount::new(fs.clone(), rt.handle().clone()).with_fuse_uring(match (a.io_uring, a.no_io_uring) {
+        (true, _) => FuseQueues::On,
+        (_, true) => FuseQueues::Off,
+        _ => FuseQueues::Auto,
+    });
     let farewell = m.farewell();
     if let Some(r) = &recorder {
         m = m.with_recorder(r.clone());

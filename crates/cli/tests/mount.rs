@@ -4317,11 +4317,11 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
 }
 
 /// Where the kernel offers FUSE over io_uring (Linux 6.14+, root), a mount
-/// given `--io-uring` serves its requests over a queue per CPU (threads
+/// serves its requests over a queue per CPU by default (threads
 /// `fuse-queue-N`), and everything a program does there holds: pjdfstest
 /// passes, and bytes written, renamed, listed and given attributes through
 /// it are what a second node, which takes its requests over /dev/fuse
-/// (the default), sees, and the other way round.
+/// (`--no-io-uring`), sees, and the other way round.
 #[test]
 fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
     if !rustix::process::geteuid().is_root() {
@@ -4333,11 +4333,22 @@ fn a_mount_serves_over_fuse_io_uring_queues_where_the_kernel_offers_them() {
         return;
     };
     let (base, cluster) = up("fuse-uring", "2");
-    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--io-uring"]);
-    let b = Mounted::new(&cluster.0, base.join("b"));
+    let d = cluster.0.to_str().unwrap();
+    let at = base.join("never").to_str().unwrap().to_string();
+    let (ok, _, err) = parcache(&["mount", "--data", d, &at, "--io-uring", "--no-io-uring"]);
+    assert!(
+        !ok && err.contains("--io-uring") && err.contains("--no-io-uring"),
+        "{err}"
+    );
+    let a = Mounted::new(&cluster.0, base.join("a"));
+    let b = Mounted::with_args(&cluster.0, base.join("b"), None, &["--no-io-uring"]);
     let cpus = parcache_fuse_uring::possible_cpus().unwrap();
-    assert_eq!(threads_named(a.child.id(), "fuse-queue-"), cpus, "a queue per CPU");
-    assert_eq!(threads_named(b.child.id(), "fuse-queue-"), 0, "without --io-uring");
+    assert_eq!(
+        threads_named(a.child.id(), "fuse-queue-"),
+        cpus,
+        "a queue per CPU, by default"
+    );
+    assert_eq!(threads_named(b.child.id(), "fuse-queue-"), 0, "--no-io-uring");
 
     // Bytes both ways, large and small, at odd offsets.
     let big = pattern(3 << 20, 11);

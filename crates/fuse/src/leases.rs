@@ -53,8 +53,10 @@ type Named = (u64, Vec<u8>);
 struct Held {
     /// Callbacks (and losses of the server) so far.
     forgotten: u64,
-    /// The names each file was given to the kernel by.
-    names: HashMap<u64, Vec<Named>>,
+    /// The names each file was given to the kernel by, and when last: kept
+    /// for as long as the kernel may keep one (a lease), not dropped at
+    /// the kernel's `FORGET` ([`KernelLeases::dropped`]).
+    names: HashMap<u64, GivenNames>,
     /// Lookups' answers kept for the open that usually follows
     /// ([`KernelLeases::take_looked`]).
     looked: HashMap<u64, Looked>,
@@ -127,6 +129,18 @@ struct Ahead {
     looked: Looked,
     content: Option<Vec<u8>>,
 }
+
+/// The names a file was given to the kernel by.
+#[derive(Default)]
+struct GivenNames {
+    names: Vec<Named>,
+    /// When the last of them was given.
+    at: Option<Instant>,
+}
+
+/// Files whose names are noted, past which those whose last name was
+/// given more than a lease ago (the kernel keeps none of them) go.
+const MAX_NAMED: usize = 16_384;
 
 /// A directory's names as this node knows them, and until when.
 struct KnownNames {
@@ -239,14 +253,24 @@ impl KernelLeases {
         let left = Duration::from_nanos(LEASE.0).saturating_sub(t.at.elapsed() + MARGIN);
         let mut held = self.held.lock();
         let stale = held.forgotten != t.forgotten;
-        let names = held.names.entry(a.handle).or_default();
+        let lease = Duration::from_nanos(LEASE.0);
+        let kept = |g: &GivenNames| g.at.is_some_and(|at| at.elapsed() < lease);
+        if held.names.len() >= MAX_NAMED && !held.names.contains_key(&a.handle) {
+            held.names.retain(|_, g| kept(g));
+        }
+        let given = held.names.entry(a.handle).or_default();
+        if !kept(given) {
+            // The kernel keeps none of them any more.
+            given.names.clear();
+        }
         if let Some((dir, name)) = name {
-            if !names.iter().any(|(d, n)| *d == dir && n == name) {
-                if names.len() >= MAX_NAMES {
+            if !given.names.iter().any(|(d, n)| *d == dir && n == name) {
+                if given.names.len() >= MAX_NAMES {
                     return Duration::ZERO;
                 }
-                names.push((dir, name.to_vec()));
+                given.names.push((dir, name.to_vec()));
             }
+            given.at = Some(Instant::now());
         }
         if stale {
             Duration::ZERO
@@ -343,7 +367,7 @@ impl KernelLeases {
                     held.looked.remove(&h);
                     held.set.remove(&h);
                     held.dirs.remove(&h);
-                    vec![(h, held.names.remove(&h).unwrap_or_default())]
+                    vec![(h, held.names.remove(&h).unwrap_or_default().names)]
                 }
                 None => {
                     held.looked.clear();
@@ -352,7 +376,7 @@ impl KernelLeases {
                     held.ahead.clear();
                     held.ahead_kept = 0;
                     held.ahead_bytes = 0;
-                    held.names.drain().collect()
+                    held.names.drain().map(|(h, g)| (h, g.names)).collect()
                 }
             }
         };
@@ -604,11 +628,16 @@ impl KernelLeases {
         held.dirs.insert(dir, KnownNames { names, until });
     }
 
-    /// The kernel dropped the inode (`FORGET`): its names need no
-    /// forgetting any more.
+    /// The kernel dropped the inode (`FORGET`). Its names stay noted: over
+    /// FUSE's io_uring queues the `FORGET` comes on another thread than
+    /// the lookups, and may be read after a lookup that gave the kernel
+    /// the inode again; dropping its names then left that name with the
+    /// kernel past the next callback (`stat` on one node of a name
+    /// another had renamed a file over answered `ENOENT`: the kernel
+    /// asked the attributes of the file replaced). A name the kernel no
+    /// longer knows costs a callback one needless invalidation.
     pub(crate) fn dropped(&self, ino: u64) {
         let mut held = self.held.lock();
-        held.names.remove(&ino);
         held.looked.remove(&ino);
         held.set.remove(&ino);
     }
@@ -671,9 +700,15 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(
-            l.held.lock().names[&5],
+            l.held.lock().names[&5].names,
             vec![(1, b"f".to_vec())],
             "noted for the next callback"
+        );
+        l.dropped(5);
+        assert_eq!(
+            l.held.lock().names[&5].names,
+            vec![(1, b"f".to_vec())],
+            "a FORGET read late may be of an inode the kernel has again: still noted"
         );
         l.forget(None);
         assert!(l.held.lock().names.is_empty());
@@ -986,7 +1021,8 @@ mod tests {
         }
         assert!(l.ttl(ticket(&l), &a, Some((1, b"one more")), Duration::ZERO).is_zero());
         assert!(!l.ttl(ticket(&l), &a, Some((1, b"n0")), Duration::ZERO).is_zero());
-        l.dropped(5);
+        l.forget(Some(5));
         assert!(l.held.lock().names.is_empty());
+        assert!(!l.ttl(ticket(&l), &a, Some((1, b"one more")), Duration::ZERO).is_zero());
     }
 }

@@ -125,6 +125,20 @@ fn start_queues(mount: Mount, before: &[i32], at: &Path) -> std::io::Result<()> 
     Ok(())
 }
 
+/// Where a mount takes its requests from ([`Mount::with_fuse_uring`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FuseQueues {
+    /// /dev/fuse only, read by one thread.
+    Off,
+    /// FUSE's io_uring queues, one per CPU, where the kernel offers them
+    /// (root set `enable_uring` of the `fuse` module; Linux 6.14+);
+    /// /dev/fuse otherwise.
+    #[default]
+    Auto,
+    /// As `Auto`, with a warning where the kernel does not offer them.
+    On,
+}
+
 /// One line of `/proc/mounts`: what is mounted, where, and its type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
@@ -232,19 +246,11 @@ pub struct Mount {
     /// reading and writing may bypass the page cache too.
     direct_mmap: Arc<AtomicBool>,
     /// Whether to ask the kernel for FUSE's io_uring queues ([`ring`]).
-    want_uring: bool,
+    want_uring: FuseQueues,
     /// The kernel agreed to the queues at `INIT`.
     uring: Arc<AtomicBool>,
     /// `INIT` was answered (the queues may be registered).
     initialized: Arc<AtomicBool>,
-    /// Held while a request is started (its arguments read and its work
-    /// polled once, [`Mount::run`]), by whichever thread took it: requests
-    /// start one at a time, in the order they were taken, as fuser's one
-    /// reading thread starts them, which the mount's code relies on (a
-    /// write and the flush of a duplicate descriptor of its file, on two
-    /// CPUs' queues, once lost the small file's copy at the metadata
-    /// server: `a_small_file_written_while_a_duplicate_closes_keeps_its_copy`).
-    starting: Arc<Mutex<()>>,
     /// The last work at the session's end, shared with the process's stop.
     farewell: Arc<Farewell>,
 }
@@ -362,10 +368,9 @@ impl Mount {
             leases: Arc::new(KernelLeases::default()),
             read_bufs: Arc::default(),
             direct_mmap: Arc::default(),
-            want_uring: false,
+            want_uring: FuseQueues::Auto,
             uring: Arc::default(),
             initialized: Arc::default(),
-            starting: Arc::default(),
         }
     }
 
@@ -377,13 +382,12 @@ impl Mount {
         self.farewell.clone()
     }
 
-    /// Whether to serve requests over FUSE's io_uring queues where the
-    /// kernel offers them (`enable_uring` of the `fuse` module, Linux
-    /// 6.14+). Off by default for now: over the queues a lookup racing
-    /// another node's rename over the name was once answered `ENOENT`
-    /// (docs/mount.md). Without them every request comes over /dev/fuse.
-    pub fn with_fuse_uring(mut self, on: bool) -> Self {
-        self.want_uring = on;
+    /// Whether to serve requests over FUSE's io_uring queues
+    /// (`enable_uring` of the `fuse` module, Linux 6.14+); by default
+    /// ([`FuseQueues::Auto`]) where the kernel offers them. Without them
+    /// every request comes over /dev/fuse.
+    pub fn with_fuse_uring(mut self, queues: FuseQueues) -> Self {
+        self.want_uring = queues;
         self
     }
 
@@ -414,12 +418,12 @@ impl Mount {
             MountOption::RW,
         ];
         let mut this = self;
-        if this.want_uring && !parcache_fuse_uring::rings_allowed() {
+        if this.want_uring != FuseQueues::Off && !parcache_fuse_uring::rings_allowed() {
             tracing::info!(
                 "{}: requests over /dev/fuse: this process may not make io_uring rings",
                 mountpoint.display()
             );
-            this.want_uring = false;
+            this.want_uring = FuseQueues::Off;
         }
         let (fs, leases, rt) = (this.fs.clone(), this.leases.clone(), this.rt.clone());
         let (queues, agreed, initialized) = (this.clone(), this.uring.clone(), this.initialized.clone());
@@ -434,7 +438,7 @@ impl Mount {
         // `INIT` (a value written before is lost), and holds every request
         // until then: a `statfs`, which always reaches the mount, returns
         // after it.
-        if queues.want_uring {
+        if queues.want_uring != FuseQueues::Off {
             // With the queues agreed, the kernel holds every request until
             // each CPU's queue is registered: start them before any.
             let t = Instant::now();
@@ -443,7 +447,7 @@ impl Mount {
             }
             if agreed.load(Ordering::Relaxed) {
                 start_queues(queues, &before, mountpoint)?;
-            } else {
+            } else if queues.want_uring == FuseQueues::On {
                 tracing::warn!(
                     "{}: the kernel does not offer FUSE over io_uring (Linux 6.14+, with {} set to Y by root): requests come over /dev/fuse",
                     mountpoint.display(),
@@ -1766,7 +1770,7 @@ impl Filesystem for Mount {
             config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok(),
             Ordering::Relaxed,
         );
-        if self.want_uring {
+        if self.want_uring != FuseQueues::Off {
             let offered = config
                 .add_capabilities(parcache_fuse_uring::wire::FUSE_OVER_IO_URING)
                 .is_ok();
@@ -1786,7 +1790,6 @@ impl Filesystem for Mount {
 
     /// The kernel dropped the inode: its names need no callback any more.
     fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
-        let _one_at_a_time = self.starting.lock();
         self.leases.dropped(ino);
     }
 
