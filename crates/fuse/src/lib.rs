@@ -1227,7 +1227,7 @@ impl Mount {
         ino: u64,
         fh: u64,
         offset: i64,
-        data: &[u8],
+        data: Vec<u8>,
         write_flags: u32,
         flags: i32,
         _lock_owner: Option<u64>,
@@ -1235,7 +1235,6 @@ impl Mount {
     ) {
         let fs = self.fs.clone();
         let attr = self.attr_of(ino);
-        let data = data.to_vec();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         let run = if data.len() <= INLINE_MAX {
             Self::run
@@ -1932,7 +1931,7 @@ impl Filesystem for Mount {
             ino,
             fh,
             offset,
-            data,
+            data.to_vec(),
             write_flags,
             flags,
             _lock_owner,

@@ -38,6 +38,9 @@ const DEPTH: usize = 4;
 /// page for what goes with it.
 const PAYLOAD: usize = crate::MAX_IO as usize + 4096;
 
+/// `FUSE_WRITE`.
+const WRITE: u32 = 16;
+
 const ENOSYS: i32 = 38;
 const EIO: i32 = 5;
 const EINVAL: i32 = 22;
@@ -80,8 +83,12 @@ pub(crate) fn serve(mut mount: Mount, fuse: Arc<File>, qid: u16, ready: std::syn
         let (h, op_len) = (r.header, r.op.len());
         args.clear();
         args.extend_from_slice(r.op);
-        args.extend_from_slice(r.payload);
-        dispatch(&mut mount, &h, &args[..op_len], &args[op_len..], &replier, i);
+        // A write's bytes are copied once, into what the mount keeps.
+        let written = (h.opcode == WRITE).then(|| r.payload.to_vec());
+        if written.is_none() {
+            args.extend_from_slice(r.payload);
+        }
+        dispatch(&mut mount, &h, &args[..op_len], &args[op_len..], written, &replier, i);
     }
 }
 
@@ -131,7 +138,17 @@ fn time(secs: u64, nsecs: u32) -> SystemTime {
 /// Hands one request to the mount's method for its opcode, as fuser's
 /// session would; a request it cannot read is answered `EINVAL`, one the
 /// mount does not serve `ENOSYS` (as fuser answers it).
-fn dispatch(m: &mut Mount, h: &Header, op: &[u8], payload: &[u8], replier: &Replier, entry: usize) {
+/// Reads request `h` (its opcode's header `op`, then `payload`; a write's
+/// bytes in `written` instead) and hands it to the mount.
+fn dispatch(
+    m: &mut Mount,
+    h: &Header,
+    op: &[u8],
+    payload: &[u8],
+    written: Option<Vec<u8>>,
+    replier: &Replier,
+    entry: usize,
+) {
     let who = Caller {
         uid: h.uid,
         gid: h.gid,
@@ -219,10 +236,14 @@ fn dispatch(m: &mut Mount, h: &Header, op: &[u8], payload: &[u8], replier: &Repl
                 let lock = (read_flags & 2 != 0).then_some(lock);
                 m.read(&who, node, fh, offset as i64, size, flags as i32, lock, s().to())
             }
-            16 => {
+            WRITE => {
                 let (fh, offset, size, write_flags, lock, flags) =
                     (f.u64()?, f.u64()?, f.u32()?, f.u32()?, f.u64()?, f.u32()?);
-                let data = payload.get(..size as usize)?;
+                let mut data = written?;
+                if data.len() < size as usize {
+                    return None;
+                }
+                data.truncate(size as usize);
                 let lock = (write_flags & 2 != 0).then_some(lock);
                 m.write(
                     &who,
