@@ -139,6 +139,13 @@ pub enum FuseQueues {
     On,
 }
 
+impl FuseQueues {
+    /// Whether the mount asks the kernel for the queues at all.
+    fn asked(self) -> bool {
+        self != FuseQueues::Off
+    }
+}
+
 /// One line of `/proc/mounts`: what is mounted, where, and its type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
@@ -418,7 +425,7 @@ impl Mount {
             MountOption::RW,
         ];
         let mut this = self;
-        if this.want_uring != FuseQueues::Off && !parcache_fuse_uring::rings_allowed() {
+        if this.want_uring.asked() && !parcache_fuse_uring::rings_allowed() {
             tracing::info!(
                 "{}: requests over /dev/fuse: this process may not make io_uring rings",
                 mountpoint.display()
@@ -438,7 +445,7 @@ impl Mount {
         // `INIT` (a value written before is lost), and holds every request
         // until then: a `statfs`, which always reaches the mount, returns
         // after it.
-        if queues.want_uring != FuseQueues::Off {
+        if queues.want_uring.asked() {
             // With the queues agreed, the kernel holds every request until
             // each CPU's queue is registered: start them before any.
             let t = Instant::now();
@@ -1769,7 +1776,7 @@ impl Filesystem for Mount {
             config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok(),
             Ordering::Relaxed,
         );
-        if self.want_uring != FuseQueues::Off {
+        if self.want_uring.asked() {
             let offered = config
                 .add_capabilities(parcache_fuse_uring::wire::FUSE_OVER_IO_URING)
                 .is_ok();
