@@ -36,8 +36,10 @@
 //! `PARCACHE_FUSE_URING=on` runs parcache's mount over FUSE's io_uring
 //! queues (a queue per CPU, `parcache mount --io-uring`) where the kernel
 //! has them: as root the run sets the fuse module's `enable_uring` for
-//! parcache's part and restores it after. By default the mount takes its
-//! requests over /dev/fuse, as `parcache mount` does.
+//! parcache's part and restores it after. Without it the mount takes its
+//! requests over /dev/fuse, as `parcache mount --no-io-uring` does (and
+//! `parcache mount` where `enable_uring` is N, Linux's default);
+//! `bench/speed.sh` sets it unless told otherwise.
 
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};
