@@ -4,10 +4,10 @@
 # patterns (mount-io), then the client library against loopback TCP and
 # memcpy (cluster-io). Run as root, so "cold" is cold (drop_caches).
 # Usage: bench/speed.sh [MIB [FILES]]   (defaults 1024 and 10000)
-# The mount runs over FUSE's io_uring queues where the kernel has them, as
-# `parcache mount` does once root sets enable_uring (the run sets it for
-# parcache's part and puts it back); PARCACHE_FUSE_URING=off keeps it on
-# /dev/fuse.
+# The mount takes its requests over /dev/fuse, as `parcache mount` does by
+# default; PARCACHE_FUSE_URING=on puts it on FUSE's io_uring queues
+# (`mount --io-uring`; the run sets enable_uring for parcache's part and
+# puts it back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-1024}
@@ -15,8 +15,7 @@ files=${2:-10000}
 scripts/setup.sh
 echo "bench/speed.sh: building the benchmarks (release)" >&2
 cargo build --release --locked -p parcache-bench --bin mount-io --bin cluster-io
-export PARCACHE_FUSE_URING=${PARCACHE_FUSE_URING:-on}
-echo "== the mount (mount-io $mib $files; PARCACHE_FUSE_URING=$PARCACHE_FUSE_URING)"
+echo "== the mount (mount-io $mib $files; PARCACHE_FUSE_URING=${PARCACHE_FUSE_URING:-off})"
 target/release/mount-io "$mib" "$files"
 echo "== the client library (cluster-io $mib)"
 target/release/cluster-io "$mib"

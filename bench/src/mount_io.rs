@@ -37,9 +37,9 @@
 //! queues (a queue per CPU, `parcache mount --io-uring`) where the kernel
 //! has them: as root the run sets the fuse module's `enable_uring` for
 //! parcache's part and restores it after. Without it the mount takes its
-//! requests over /dev/fuse, as `parcache mount --no-io-uring` does (and
-//! `parcache mount` where `enable_uring` is N, Linux's default);
-//! `bench/speed.sh` sets it unless told otherwise.
+//! requests over /dev/fuse, as `parcache mount` does by default (the
+//! queues are opt-in, `mount --io-uring`: on Linux 6.18 a request over
+//! them was now and then never handed to the mount).
 
 use anyhow::{bail, Context, Result};
 use parcache_bench::{drop_caches, BenchCluster};

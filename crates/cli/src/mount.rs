@@ -57,17 +57,19 @@ pub struct MountArgs {
     /// and `parcache advise` read). FILE must not exist yet.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
-    /// Take requests over FUSE's io_uring queues, and warn where the
-    /// kernel does not offer them. The default takes them wherever it does
-    /// (Linux 6.14+, with `enable_uring` of the fuse module set: `echo Y >
-    /// /sys/module/fuse/parameters/enable_uring` as root): a request queue
-    /// per CPU, answered on that CPU, so a small request's round trip
-    /// through the mount is several times shorter. See docs/mount.md,
-    /// "FUSE over io_uring".
+    /// Take requests over FUSE's io_uring queues where the kernel offers
+    /// them (Linux 6.14+, with `enable_uring` of the fuse module set: `echo
+    /// Y > /sys/module/fuse/parameters/enable_uring` as root), and warn
+    /// where it does not: a request queue per CPU, answered on that CPU,
+    /// so a small request's round trip through the mount is several times
+    /// shorter. Experimental: on Linux 6.18 a read over the queues was
+    /// now and then never handed to the mount under concurrent random
+    /// reads, and the program waited for ever. See docs/mount.md, "FUSE
+    /// over io_uring".
     #[arg(long, conflicts_with = "no_io_uring")]
     io_uring: bool,
-    /// Take every request over /dev/fuse (one reading thread), even where
-    /// the kernel offers io_uring queues.
+    /// Take every request over /dev/fuse (one reading thread): the
+    /// default.
     #[arg(long)]
     no_io_uring: bool,
 }
@@ -341,8 +343,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         .with_context(|| format!("--peer-bind {}", a.peer_bind))?;
     let mut m = Mount::new(fs.clone(), rt.handle().clone()).with_fuse_uring(match (a.io_uring, a.no_io_uring) {
         (true, _) => FuseQueues::On,
-        (_, true) => FuseQueues::Off,
-        _ => FuseQueues::Auto,
+        _ => FuseQueues::Off,
     });
     let farewell = m.farewell();
     if let Some(r) = &recorder {
