@@ -10,10 +10,9 @@ use std::time::Instant;
 /// loopback, each daemon on a runtime of its own, bounded as its process's
 /// would be (`parcache_server::runtime`): real sockets, the real protocol,
 /// the write log fsyncing as in production. Until the forty-ninth session
-/// the five shared one runtime, so four data servers' store reads took
-/// turns on one process's 16 blocking threads and 2 workers: the mount's
-/// cold reads ran 0.24-0.32 GB/s here against 0.7-0.9 from a `parcache
-/// up` cluster on the same host.
+/// the five shared one runtime (2 workers and 16 blocking threads here):
+/// with one each, warm reads through a mount rose from 0.17-0.25 of
+/// loopback TCP to 0.44-0.46 (cold reads did not move: bench/README.md).
 pub struct BenchCluster {
     pub mds_addr: String,
     pub secret: Secret,

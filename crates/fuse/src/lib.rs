@@ -136,16 +136,14 @@ pub enum FuseQueues {
     Off,
     /// FUSE's io_uring queues, one per CPU, where the kernel offers them
     /// (root set `enable_uring` of the `fuse` module; Linux 6.14+);
-    /// /dev/fuse otherwise.
-    Auto,
-    /// As `Auto`, with a warning where the kernel does not offer them.
+    /// /dev/fuse, with a warning, otherwise.
     On,
 }
 
 impl FuseQueues {
     /// Whether the mount asks the kernel for the queues at all.
     fn asked(self) -> bool {
-        self != FuseQueues::Off
+        self == FuseQueues::On
     }
 }
 
@@ -456,7 +454,7 @@ impl Mount {
             }
             if agreed.load(Ordering::Relaxed) {
                 start_queues(queues, &before, mountpoint)?;
-            } else if queues.want_uring == FuseQueues::On {
+            } else {
                 tracing::warn!(
                     "{}: the kernel does not offer FUSE over io_uring (Linux 6.14+, with {} set to Y by root): requests come over /dev/fuse",
                     mountpoint.display(),
