@@ -135,11 +135,10 @@ fn time(secs: u64, nsecs: u32) -> SystemTime {
     }
 }
 
-/// Hands one request to the mount's method for its opcode, as fuser's
-/// session would; a request it cannot read is answered `EINVAL`, one the
-/// mount does not serve `ENOSYS` (as fuser answers it).
-/// Reads request `h` (its opcode's header `op`, then `payload`; a write's
-/// bytes in `written` instead) and hands it to the mount.
+/// Hands request `h` (its opcode's header `op`, then `payload`; a write's
+/// bytes in `written` instead) to the mount's method for its opcode, as
+/// fuser's session would; a request it cannot read is answered `EINVAL`,
+/// one the mount does not serve `ENOSYS` (as fuser answers it).
 fn dispatch(
     m: &mut Mount,
     h: &Header,
