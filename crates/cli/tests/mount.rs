@@ -1277,6 +1277,72 @@ fn page_cache_settings_decide_which_opens_reach_the_mount() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Under `page-cache=auto` an open for reading only of a file of 64 MiB or
+/// more streams past the kernel's page cache: each such open's reads reach
+/// the mount, where through the page cache the second open would read the
+/// kernel's pages. Once the node has seen the file read in small pieces,
+/// its later opens keep the pages; under `cached` the pages a write left
+/// are read.
+#[test]
+fn a_large_file_opened_for_reading_streams_past_the_page_cache_until_read_in_small_pieces() {
+    let (base, cluster) = up("stream", "2");
+    let trace = base.join("a.jsonl");
+    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--record", trace.to_str().unwrap()]);
+    let len = 64usize << 20;
+    let data = pattern(len, 7);
+    std::fs::write(a.p("big"), &data).unwrap();
+    std::fs::create_dir(a.p("c")).unwrap();
+    let (ok, out) = run(&format!(
+        "setfattr -n user.parcache.page-cache -v cached {}",
+        a.p("c").display()
+    ));
+    assert!(ok, "{out}");
+    std::fs::write(a.p("c/big"), &data).unwrap();
+    // Opens 2 and 3 of each: read whole.
+    for f in ["big", "c/big"] {
+        for open in [2, 3] {
+            assert!(std::fs::read(a.p(f)).unwrap() == data, "{f}: open {open}");
+        }
+    }
+    // Open 4: 100 reads of 4 KiB.
+    let mut f = std::fs::File::open(a.p("big")).unwrap();
+    let mut piece = [0u8; 4096];
+    for k in 0..100 {
+        f.read_exact(&mut piece).unwrap();
+        assert!(piece[..] == data[k * 4096..(k + 1) * 4096], "small read {k}");
+    }
+    drop(f);
+    // Opens 5 and 6: read whole, now through the page cache.
+    for open in [5, 6] {
+        assert!(std::fs::read(a.p("big")).unwrap() == data, "big: open {open}");
+    }
+    a.unmount();
+
+    let len = len as u64;
+    let r = reads_per_open(&trace, "/big");
+    assert_eq!(r.len(), 6, "{r:?}");
+    assert!(
+        r[1] >= len && r[2] >= len,
+        "opens 2 and 3 streamed past the kernel: {r:?}"
+    );
+    assert_eq!(
+        r[3],
+        100 * 4096,
+        "open 4's small reads reached the mount one by one: {r:?}"
+    );
+    assert!(r[4] >= len, "open 5 filled the kernel's pages: {r:?}");
+    assert_eq!(r[5], 0, "open 6 read the kernel's pages: {r:?}");
+    let c = reads_per_open(&trace, "/c/big");
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_eq!(
+        c,
+        [0, 0, 0],
+        "cached: opens 2 and 3 read the pages the write left: {c:?}"
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// The kernel's pages of a file, resident now, in bytes (`fincore`).
 fn resident(path: &Path) -> u64 {
     let (ok, out) = run(&format!("fincore --bytes --noheadings --output RES {}", path.display()));

@@ -395,14 +395,17 @@ impl Fs {
     /// the open validated ([`NodeFile::kernel_keeps`]), else `UntilOpen`.
     /// The file's `page-cache` setting may bypass it whatever the plug-in
     /// says ([`parcache_core::PageCache::bypasses`]; `writer`: an open for
-    /// writing that the kernel lets bypass it).
-    pub async fn kernel_cache(&self, a: &Attr, writer: bool) -> Result<KernelCache> {
+    /// writing that the kernel lets bypass it; `reader`: an open for reading
+    /// only that it lets bypass it, which `auto` does for a large file
+    /// ([`NodeFile::streams`])).
+    pub async fn kernel_cache(&self, a: &Attr, writer: bool, reader: bool) -> Result<KernelCache> {
         let st = self.state(a).await?;
+        let streamed = reader && self.with_file(a.handle, |_, f| f.streams(a.size));
         // A direct write drops the pages it changes from the kernel's
         // cache; a change of setting makes the node learn the file anew, so
         // the kernel's pages from before a bypass are dropped at the next
         // open that keeps pages (`kernel_keeps` starts false).
-        if st.policies.page_cache.bypasses(writer) {
+        if st.policies.page_cache.bypasses(writer, streamed) {
             return Ok(KernelCache::Bypass);
         }
         Ok(match st.plugin.kernel_cache() {
@@ -1520,6 +1523,7 @@ impl Fs {
         let now = self.now();
         let end = offset.saturating_add(buf.len() as u64);
         let pre = self.with_file(a.handle, |p, f| {
+            f.note_read(buf.len() as u64);
             let mut acts = p.pre_read(f, now);
             if acts.is_empty() && f.cached && f.read_past_known_end(end, a.size) {
                 acts = p.read_past_end(f);

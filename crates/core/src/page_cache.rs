@@ -10,6 +10,16 @@
 //! again in small pieces move slower, each read a request to the node
 //! (issue 14, `bench/README.md`).
 //!
+//! Under `auto` a large file opened for reading only is streamed past the
+//! page cache too ([`streams`]), unless the node has seen the file read in
+//! small pieces. Filling the page cache is the mount's copy of every byte
+//! into pages the kernel just took from its free memory; where the
+//! hypervisor takes freed memory back (free page reporting, as on the
+//! machine issue 14 measures on) each such page costs a fault on the host
+//! at its first touch, about 28 µs: sequential reads of 1 MiB ran at
+//! 0.2–0.3 GB/s through the page cache against 1.6–2.0 GB/s bypassing it
+//! (`bench/README.md`, fiftieth session).
+//!
 //! [`KernelCache`]: crate::consistency::KernelCache
 
 use crate::error::PolicyError;
@@ -21,8 +31,9 @@ use std::str::FromStr;
 pub enum PageCache {
     /// An open for writing bypasses the page cache (the kernel drops the
     /// pages a direct write changes from its cache, and maps a direct open
-    /// through its page cache); an open for reading only keeps pages as the
-    /// consistency plug-in says.
+    /// through its page cache), and so does an open for reading only of a
+    /// file [`streams`] says is streamed; other opens for reading keep
+    /// pages as the consistency plug-in says.
     #[default]
     Auto,
     /// Every open bypasses the page cache.
@@ -32,12 +43,36 @@ pub enum PageCache {
     Cached,
 }
 
+/// A file at least this large, opened for reading only, is streamed past
+/// the page cache under `auto`: files this large are mostly read once in
+/// large pieces (a checkpoint read back, a scan's input, an MPI-IO
+/// collective read), where filling the page cache costs more than it saves.
+pub const STREAM_FROM: u64 = 64 << 20;
+
+/// A read shorter than this is a small one ([`SMALL_READS_KEEP`]).
+pub const SMALL_READ: u64 = 32 << 10;
+
+/// After this many small reads of a file the node lets later opens keep the
+/// page cache: a program reading a large file in small pieces (`dd` without
+/// `bs=`, a line reader with its own small buffer, a random reader that
+/// reads its hot pages again) asks the node for each piece when bypassing
+/// it, ten to fifty times slower than a hit in the kernel's pages.
+pub const SMALL_READS_KEEP: u32 = 64;
+
+/// Whether an open for reading only of a file `size` bytes long, of which
+/// this node has seen `small_reads` small reads, is streamed past the page
+/// cache under `auto`.
+pub fn streams(size: u64, small_reads: u32) -> bool {
+    size >= STREAM_FROM && small_reads < SMALL_READS_KEEP
+}
+
 impl PageCache {
-    /// Whether an open (`writer`: opened for writing) bypasses the page
-    /// cache, whatever the plug-in says.
-    pub fn bypasses(self, writer: bool) -> bool {
+    /// Whether an open bypasses the page cache, whatever the plug-in says:
+    /// `writer`, opened for writing; `streamed`, opened for reading only,
+    /// of a file [`streams`] says is streamed.
+    pub fn bypasses(self, writer: bool, streamed: bool) -> bool {
         match self {
-            PageCache::Auto => writer,
+            PageCache::Auto => writer || streamed,
             PageCache::Bypass => true,
             PageCache::Cached => false,
         }
@@ -88,10 +123,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_bypasses_only_opens_for_writing() {
-        assert!(PageCache::Auto.bypasses(true));
-        assert!(!PageCache::Auto.bypasses(false));
-        assert!(PageCache::Bypass.bypasses(false) && PageCache::Bypass.bypasses(true));
-        assert!(!PageCache::Cached.bypasses(true) && !PageCache::Cached.bypasses(false));
+    fn auto_bypasses_opens_for_writing_and_streamed_reads_only() {
+        assert!(PageCache::Auto.bypasses(true, false));
+        assert!(PageCache::Auto.bypasses(false, true));
+        assert!(!PageCache::Auto.bypasses(false, false));
+        for (w, s) in [(false, false), (true, false), (false, true)] {
+            assert!(PageCache::Bypass.bypasses(w, s));
+            assert!(!PageCache::Cached.bypasses(w, s));
+        }
+    }
+
+    #[test]
+    fn large_files_stream_until_read_in_small_pieces() {
+        assert!(!streams(STREAM_FROM - 1, 0), "a smaller file keeps the page cache");
+        assert!(streams(STREAM_FROM, 0));
+        assert!(streams(10 * STREAM_FROM, SMALL_READS_KEEP - 1));
+        assert!(
+            !streams(10 * STREAM_FROM, SMALL_READS_KEEP),
+            "read in small pieces: later opens keep the page cache"
+        );
     }
 }

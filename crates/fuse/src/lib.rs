@@ -745,12 +745,13 @@ fn remember(open: &Mutex<HashMap<u64, (Attr, u32)>>, a: Attr) {
 /// file changed by another node (`close-to-open`, `session`), or kept
 /// across opens (`none`). The file's `page-cache` setting may bypass it
 /// besides: by default an open for writing (`writer`: see
-/// [`Mount::writer`]). The close of an open for reading only (`read_only`)
-/// sends the mount nothing ([`FOPEN_NOFLUSH`]).
-async fn open_flags(fs: &Fs, a: &Attr, writer: bool, read_only: bool) -> Result<u32, FsError> {
+/// [`Mount::writer`]) and an open for reading only of a large file
+/// (`reader`: see [`Mount::reader`]). The close of an open for reading
+/// only (`read_only`) sends the mount nothing ([`FOPEN_NOFLUSH`]).
+async fn open_flags(fs: &Fs, a: &Attr, writer: bool, reader: bool, read_only: bool) -> Result<u32, FsError> {
     let noflush = if read_only { FOPEN_NOFLUSH } else { 0 };
     Ok(noflush
-        | match fs.kernel_cache(a, writer).await? {
+        | match fs.kernel_cache(a, writer, reader).await? {
             KernelCache::Bypass => fuser::consts::FOPEN_DIRECT_IO,
             KernelCache::UntilOpen | KernelCache::UntilChanged => 0,
             KernelCache::Keep => fuser::consts::FOPEN_KEEP_CACHE,
@@ -776,6 +777,14 @@ impl Mount {
     /// that, a shared writable `mmap` of a direct open fails with `ENODEV`).
     fn writer(&self, flags: i32) -> bool {
         write_only(flags) || (writes(flags) && self.direct_mmap.load(Ordering::Relaxed))
+    }
+
+    /// Whether an open (with `flags`) is one for reading only that may
+    /// bypass the page cache (a large file's, under `page-cache=auto`):
+    /// only where the kernel can still map it, since without that a shared
+    /// `mmap` of a direct open fails with `ENODEV`, read-only ones too.
+    fn reader(&self, flags: i32) -> bool {
+        !writes(flags) && self.direct_mmap.load(Ordering::Relaxed)
     }
 
     /// The attributes of an open file, or from the metadata server.
@@ -1075,7 +1084,7 @@ impl Mount {
         let open = self.open.clone();
         let rec = self.recorder.clone().map(|r| (r, Instant::now(), req.pid()));
         let leases = self.leases.clone();
-        let writer = self.writer(flags);
+        let (writer, reader) = (self.writer(flags), self.reader(flags));
         self.run(async move {
             let r = async {
                 // The lookup just before answered what a getattr would
@@ -1088,7 +1097,7 @@ impl Mount {
                     None => fs.getattr_to_open(ino).await?,
                 };
                 let a = fs.open(&a, writes(flags)).await?;
-                let how = open_flags(&fs, &a, writer, !writes(flags)).await?;
+                let how = open_flags(&fs, &a, writer, reader, !writes(flags)).await?;
                 Ok::<_, FsError>((a, how))
             };
             match r.await {
@@ -1129,7 +1138,7 @@ impl Mount {
         let generation = created_in.lock().generation;
         let (leases, t) = self.ticket();
         let adding = leases.adding(parent, &name);
-        let writer = self.writer(flags);
+        let (writer, reader) = (self.writer(flags), self.reader(flags));
         self.run(async move {
             let _adding = adding;
             let entry = name.clone();
@@ -1143,7 +1152,7 @@ impl Mount {
                 }
                 let a = owned(&fs, a, uid, gid).await?;
                 let a = fs.open(&a, writes(flags)).await?;
-                let how = open_flags(&fs, &a, writer, !writes(flags)).await?;
+                let how = open_flags(&fs, &a, writer, reader, !writes(flags)).await?;
                 Ok::<_, FsError>((a, how))
             };
             match r.await {

@@ -273,6 +273,12 @@ pub struct NodeFile {
     /// by number: a size report made meanwhile does not cover them
     /// ([`NodeFile::report_upto`]).
     pub landing: BTreeSet<u64>,
+    /// Reads of the file on this node shorter than
+    /// [`crate::page_cache::SMALL_READ`], counted up to
+    /// [`crate::page_cache::SMALL_READS_KEEP`]: enough of them and a large
+    /// file's opens for reading keep the page cache
+    /// ([`NodeFile::streams`]).
+    pub small_reads: u32,
 }
 
 impl NodeFile {
@@ -292,7 +298,23 @@ impl NodeFile {
             kernel: None,
             stopped: 0,
             landing: BTreeSet::new(),
+            small_reads: 0,
         }
+    }
+
+    /// Notes a read of `len` bytes asked of the node.
+    pub fn note_read(&mut self, len: u64) {
+        if len < crate::page_cache::SMALL_READ && self.small_reads < crate::page_cache::SMALL_READS_KEEP {
+            self.small_reads += 1;
+        }
+    }
+
+    /// Whether an open for reading only of the file, `size` bytes long, is
+    /// streamed past the page cache under `page-cache=auto`
+    /// ([`crate::page_cache::streams`]): not while the kernel's pages of it
+    /// are current (an open that bypasses the page cache drops them).
+    pub fn streams(&self, size: u64) -> bool {
+        crate::page_cache::streams(size, self.small_reads) && !(self.cached && self.kernel == Some(self.version))
     }
 
     /// A write up to `end` begins: counted now (a concurrent reader's clamp
