@@ -206,6 +206,40 @@ pub fn loopback_tcp(total: u64) -> Result<f64> {
     Ok(total as f64 / secs / 1e9)
 }
 
+/// The first touch of memory the kernel hands out, in microseconds a 4 KiB
+/// page: `mib` MiB of new anonymous memory, one byte written per page,
+/// after a drop of the page cache (root only) and a pause in which a
+/// hypervisor that takes freed memory back (free page reporting) can take
+/// it. Every page a FUSE read fills in the page cache is first touched by
+/// the mount's copy into it, so this bounds reads through the page cache
+/// (`page-cache`, docs/mount.md); a local file system's pages are filled
+/// by its device, on the host's side. Also the free page reporting
+/// settings, where the kernel shows them (`None` elsewhere).
+pub fn first_touch(mib: usize) -> Result<(f64, Option<String>)> {
+    drop_caches();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let page = 4096;
+    // Allocated by the kernel's zero pages, untouched until written.
+    let mut m = vec![0u8; mib << 20];
+    let t = Instant::now();
+    for k in (0..m.len()).step_by(page) {
+        m[k] = 1;
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / (m.len() / page) as f64;
+    std::hint::black_box(&m);
+    let dir = std::path::Path::new("/sys/module/page_reporting/parameters");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .map(|v| v.trim().to_string())
+    };
+    let reporting = read("page_reporting_order").map(|order| match read("min_free_ms") {
+        Some(ms) => format!("order {order}, after {ms} ms"),
+        None => format!("order {order}"),
+    });
+    Ok((us, reporting))
+}
+
 /// Round trips of one byte between two threads over a Unix socket pair,
 /// in microseconds: as the scheduler places the threads (each wake-up
 /// usually of a thread on the other CPU, woken from idle), and with both

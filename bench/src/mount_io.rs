@@ -536,6 +536,7 @@ fn main() -> Result<()> {
     let mut cluster = BenchCluster::start(&dir.join("cluster"), 4)?;
     let tcp = parcache_bench::loopback_tcp(mib.min(1024) << 20)?;
     let wake = parcache_bench::wake_round_trip()?;
+    let touch = parcache_bench::first_touch(256)?;
     let pm = std::cell::RefCell::new(ParcacheMount::new(&cluster, &dir.join("parcache"))?);
     let at = pm.borrow().at.clone();
     let cluster_cell = std::cell::RefCell::new(&mut cluster);
@@ -573,6 +574,11 @@ fn main() -> Result<()> {
         wake.0,
         wake.1
             .map_or("not measured on one CPU (affinity refused)".to_string(), |us| format!("{us:.1} us on one CPU"))
+    );
+    println!(
+        "machine, same run: first touch of new memory after a drop of the page cache {:.1} us a 4 KiB page (free page reporting: {}; each page a FUSE read puts in the page cache is first touched so, which is why large files stream past it, docs/mount.md)",
+        touch.0,
+        touch.1.as_deref().unwrap_or("not shown by this kernel")
     );
     let cols = [
         "write GB/s",

@@ -1523,7 +1523,7 @@ impl Fs {
         let now = self.now();
         let end = offset.saturating_add(buf.len() as u64);
         let pre = self.with_file(a.handle, |p, f| {
-            f.note_read(buf.len() as u64);
+            f.note_read(offset, buf.len() as u64);
             let mut acts = p.pre_read(f, now);
             if acts.is_empty() && f.cached && f.read_past_known_end(end, a.size) {
                 acts = p.read_past_end(f);

@@ -52,11 +52,11 @@ pub const STREAM_FROM: u64 = 64 << 20;
 /// A read shorter than this is a small one ([`SMALL_READS_KEEP`]).
 pub const SMALL_READ: u64 = 32 << 10;
 
-/// After this many small reads of a file the node lets later opens keep the
-/// page cache: a program reading a large file in small pieces (`dd` without
-/// `bs=`, a line reader with its own small buffer, a random reader that
-/// reads its hot pages again) asks the node for each piece when bypassing
-/// it, ten to fifty times slower than a hit in the kernel's pages.
+/// After this many small reads of a file, each beginning where the one
+/// before ended, the node lets later opens keep the page cache: a program
+/// reading a large file in small pieces (`dd` without `bs=`, a line reader
+/// with its own small buffer) asks the node for each piece when bypassing
+/// it, where the page cache's read-ahead asks for many at once.
 pub const SMALL_READS_KEEP: u32 = 64;
 
 /// Whether an open for reading only of a file `size` bytes long, of which

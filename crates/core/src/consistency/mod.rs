@@ -274,11 +274,16 @@ pub struct NodeFile {
     /// ([`NodeFile::report_upto`]).
     pub landing: BTreeSet<u64>,
     /// Reads of the file on this node shorter than
-    /// [`crate::page_cache::SMALL_READ`], counted up to
-    /// [`crate::page_cache::SMALL_READS_KEEP`]: enough of them and a large
-    /// file's opens for reading keep the page cache
-    /// ([`NodeFile::streams`]).
+    /// [`crate::page_cache::SMALL_READ`] that began where the one before
+    /// ended, counted up to [`crate::page_cache::SMALL_READS_KEEP`]: enough
+    /// of them and a large file's opens for reading keep the page cache,
+    /// whose read-ahead asks the node for such pieces many at a time
+    /// ([`NodeFile::streams`]). Small reads at random gain nothing from it
+    /// the first time (the kernel asks for each piece as it comes), so they
+    /// do not count.
     pub small_reads: u32,
+    /// Where the last read asked of the node ended.
+    pub read_end: u64,
 }
 
 impl NodeFile {
@@ -299,14 +304,19 @@ impl NodeFile {
             stopped: 0,
             landing: BTreeSet::new(),
             small_reads: 0,
+            read_end: 0,
         }
     }
 
-    /// Notes a read of `len` bytes asked of the node.
-    pub fn note_read(&mut self, len: u64) {
-        if len < crate::page_cache::SMALL_READ && self.small_reads < crate::page_cache::SMALL_READS_KEEP {
+    /// Notes a read of `len` bytes at `offset` asked of the node.
+    pub fn note_read(&mut self, offset: u64, len: u64) {
+        if len < crate::page_cache::SMALL_READ
+            && offset == self.read_end
+            && self.small_reads < crate::page_cache::SMALL_READS_KEEP
+        {
             self.small_reads += 1;
         }
+        self.read_end = offset.saturating_add(len);
     }
 
     /// Whether an open for reading only of the file, `size` bytes long, is
@@ -899,6 +909,36 @@ mod tests {
         f.cached = false;
         assert!(!f.kernel_keeps() && !f.kernel_keeps(), "not cached: never kept");
         assert_eq!(close_to_open::CloseToOpen.kernel_cache(), KernelCache::UntilChanged);
+    }
+
+    /// A large file streams past the page cache until it is read in small
+    /// pieces one after another; small reads at random do not count, and
+    /// neither does a file whose kernel pages are current.
+    #[test]
+    fn small_sequential_reads_keep_a_large_files_pages() {
+        use crate::page_cache::{SMALL_READ, SMALL_READS_KEEP, STREAM_FROM};
+        let big = STREAM_FROM;
+        let mut f = NodeFile::new(ServerView { size: big, version: 1 }, Time::ZERO);
+        assert!(f.streams(big) && !f.streams(big - 1));
+        for k in 0..1000u64 {
+            f.note_read((k * 7919 % 4096) * 8192 + 4096, 4096);
+        }
+        assert!(f.streams(big), "random small reads: {}", f.small_reads);
+        for k in 0..1000u64 {
+            f.note_read(k * SMALL_READ, SMALL_READ);
+        }
+        assert!(f.streams(big), "reads of {SMALL_READ} bytes are not small");
+        let from = f.read_end;
+        for k in 0..u64::from(SMALL_READS_KEEP) {
+            assert!(f.streams(big), "after {k} small sequential reads");
+            f.note_read(from + k * 512, 512);
+        }
+        assert!(!f.streams(big), "read in small pieces");
+        f.note_read(f.read_end, 1);
+        assert_eq!(f.small_reads, SMALL_READS_KEEP, "counted up to the bound");
+        let mut g = NodeFile::new(ServerView { size: big, version: 1 }, Time::ZERO);
+        assert!(!g.kernel_keeps());
+        assert!(!g.streams(big), "the kernel's pages are current");
     }
 
     /// An open's attributes fetched before this node's own report was
