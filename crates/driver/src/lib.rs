@@ -35,7 +35,7 @@ use tokio::time::Instant;
 /// Prefetches in flight at once, per cache: demand fetches always go first
 /// (DESIGN.md §3). Enough for read-ahead's largest window to be on its way
 /// (a data server's store reads of a run of them are merged).
-const PREFETCH_DEPTH: usize = 32;
+const PREFETCH_DEPTH: usize = 64;
 
 /// Prefetches start in groups: only once no more than this many are in
 /// flight, then up to [`PREFETCH_DEPTH`] at once. Refilled a slot at a time
