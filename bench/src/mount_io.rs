@@ -16,8 +16,12 @@
 //! transfers of one shared file in segments, and of a file each) with fio,
 //! and mdtest's (2 processes creating, stating and removing FILES empty
 //! files in one directory), since neither IOR nor mdtest can be built
-//! here. Also the CPU per byte of parcache's daemons and mount, and the
-//! most threads they reached.
+//! here. Also the CPU per byte of parcache's daemons and mount, the most
+//! threads they reached, and two facts of the machine measured in the run:
+//! a wake-up round trip between two threads, and the first touch of new
+//! memory after a drop of the page cache (dear where the hypervisor takes
+//! freed memory back; every page a FUSE read fills in the page cache is
+//! touched so).
 //!
 //! Run: `cargo run --release -p parcache-bench --bin mount-io [-- MIB [FILES]]`
 //! (defaults 1024 MiB and 10,000 files). Needs fio, bindfs and fuse3
