@@ -308,6 +308,12 @@ impl NodeFile {
         }
     }
 
+    /// Whether the kernel's pages of the file are current: the node caches
+    /// it, and they were filled at the version it has validated.
+    fn kernel_current(&self) -> bool {
+        self.cached && self.kernel == Some(self.version)
+    }
+
     /// Notes a read of `len` bytes at `offset` asked of the node.
     pub fn note_read(&mut self, offset: u64, len: u64) {
         if len < crate::page_cache::SMALL_READ
@@ -324,7 +330,7 @@ impl NodeFile {
     /// ([`crate::page_cache::streams`]): not while the kernel's pages of it
     /// are current (an open that bypasses the page cache drops them).
     pub fn streams(&self, size: u64) -> bool {
-        crate::page_cache::streams(size, self.small_reads) && !(self.cached && self.kernel == Some(self.version))
+        crate::page_cache::streams(size, self.small_reads) && !self.kernel_current()
     }
 
     /// A write up to `end` begins: counted now (a concurrent reader's clamp
@@ -512,7 +518,7 @@ impl NodeFile {
     /// the node has validated, and the node caches the file). From this
     /// open on, the kernel's pages are current at that version.
     pub fn kernel_keeps(&mut self) -> bool {
-        let keep = self.cached && self.kernel == Some(self.version);
+        let keep = self.kernel_current();
         self.kernel = self.cached.then_some(self.version);
         keep
     }
