@@ -1021,6 +1021,9 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         // here, once, while the server serves, not on the data path.
         let weak = Arc::downgrade(&iod);
         tokio::task::spawn_blocking(move || {
+            if let Some(iod) = weak.upgrade() {
+                iod.store.take_write_memory();
+            }
             take_ahead("data server cache", |most| {
                 weak.upgrade().map(|iod| iod.cache.take_memory(most))
             })

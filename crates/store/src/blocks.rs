@@ -268,11 +268,8 @@ impl BlockStore {
     /// Writes `data` (aligned, as `at`) to `f`, opened `O_DIRECT`, from an
     /// aligned copy, a [`DIRECT_PIECE`] at a time.
     fn write_direct(&self, f: &File, at: u64, data: &[u8]) -> Result<(), rustix::io::Errno> {
-        let mut buf = self.spare.lock().pop().unwrap_or_default();
-        if buf.len() < DIRECT_PIECE + ALIGN {
-            // Zeroed once: the memory is touched here, not at each write.
-            buf = vec![0u8; DIRECT_PIECE + ALIGN];
-        }
+        let buf = self.spare.lock().pop();
+        let mut buf = buf.unwrap_or_else(|| vec![0u8; DIRECT_PIECE + ALIGN]);
         let pad = buf.as_ptr().align_offset(ALIGN);
         let mut r = Ok(());
         'pieces: for (i, piece) in data.chunks(DIRECT_PIECE).enumerate() {
@@ -304,6 +301,19 @@ impl BlockStore {
             spare.push(buf);
         }
         r
+    }
+
+    /// Takes the memory of the buffers direct writes copy into now (every
+    /// page touched), so the first writes cost no page fault: a data
+    /// server that takes its cache's memory at start takes these too.
+    pub fn take_write_memory(&self) {
+        let mut spare = self.spare.lock();
+        while spare.len() < SPARE_MAX {
+            let mut buf = vec![0u8; DIRECT_PIECE + ALIGN];
+            // A new buffer's zeros are the kernel's untouched pages.
+            buf.fill(1);
+            spare.push(buf);
+        }
     }
 
     /// Bytes written around the page cache since the store was opened.
