@@ -41,6 +41,11 @@ struct Part {
     /// to the disk it has not started (a range covering them; empty when
     /// none), and the range it started last.
     streamed: Mutex<(std::ops::Range<u64>, std::ops::Range<u64>)>,
+    /// Held by a direct write. Linux holds the file's lock for the whole
+    /// of a direct write that extends it, and the writers waiting for it
+    /// spun: 8 % of all CPU samples during a `parcache cp` of 1 GiB. Here
+    /// they sleep instead.
+    writing: Mutex<()>,
 }
 
 /// Bytes of a part written by [`BlockStore::write_streamed`] after which
@@ -106,6 +111,7 @@ impl BlockStore {
             file: f,
             direct: OnceLock::new(),
             streamed: Mutex::new((0..0, 0..0)),
+            writing: Mutex::new(()),
         });
         open.insert(handle, f.clone());
         Ok(Some(f))
@@ -170,7 +176,11 @@ impl BlockStore {
         let aligned = offset.is_multiple_of(ALIGN as u64) && data.len().is_multiple_of(ALIGN);
         if aligned && self.direct_writes.load(Ordering::Relaxed) {
             if let Some(f) = self.direct_file(handle, &part) {
-                match self.write_direct(f, offset, data) {
+                let written = {
+                    let _alone = part.writing.lock();
+                    self.write_direct(f, offset, data)
+                };
+                match written {
                     Ok(()) => return Ok(()),
                     // The file system takes the open but not the write:
                     // nothing was written that a buffered write would not
