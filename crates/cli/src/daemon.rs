@@ -40,17 +40,19 @@ pub struct IodArgs {
     /// or lru-writeback.
     #[arg(long, value_name = "POLICY")]
     write_policy: Option<String>,
-    /// Read stripes through the kernel's page cache. By default reads go
-    /// around it (O_DIRECT, where the file system allows): the server's
-    /// own cache (--cache-mib) keeps what it read, and a cold read costs
-    /// no copy out of the page cache.
+    /// Read and write stripes through the kernel's page cache. By default
+    /// reads, and writes of whole aligned blocks, go around it (O_DIRECT,
+    /// where the file system allows): the server's own cache (--cache-mib)
+    /// keeps what it read, a cold read costs no copy out of the page
+    /// cache, and a write no first touch of its pages.
     #[arg(long)]
     #[serde(default)]
     page_cache_reads: bool,
     /// Let the cache take its memory as blocks fill it. By default the
-    /// server takes all of its cache's memory (--cache-mib) once it has
-    /// started, in the background, so that the first blocks it caches
-    /// pay no page faults on the data path.
+    /// server takes all of its cache's memory (--cache-mib), and the 4 MiB
+    /// of buffers its direct writes to the block store copy into, once it
+    /// has started, in the background, so that the first blocks it caches
+    /// or writes pay no page faults on the data path.
     #[arg(long)]
     #[serde(default)]
     lazy_cache: bool,
