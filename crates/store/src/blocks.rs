@@ -185,13 +185,7 @@ impl BlockStore {
                     // The file system takes the open but not the write:
                     // nothing was written that a buffered write would not
                     // write again.
-                    Err(e) if e == rustix::io::Errno::INVAL => {
-                        tracing::info!(
-                            "{}: direct writes refused ({e}); writing through the page cache",
-                            self.dir.display()
-                        );
-                        self.direct_writes.store(false, Ordering::Relaxed);
-                    }
+                    Err(e) if e == rustix::io::Errno::INVAL => self.refused(&self.direct_writes, "writes", e),
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -255,13 +249,7 @@ impl BlockStore {
                 match read_direct(f, offset, len as usize, &mut buf) {
                     Ok(at) => return Ok((buf, at)),
                     // The file system takes the open but not the read.
-                    Err(e) if e == rustix::io::Errno::INVAL => {
-                        tracing::info!(
-                            "{}: direct reads refused ({e}); reading through the page cache",
-                            self.dir.display()
-                        );
-                        self.direct.store(false, Ordering::Relaxed);
-                    }
+                    Err(e) if e == rustix::io::Errno::INVAL => self.refused(&self.direct, "reads", e),
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -273,6 +261,17 @@ impl BlockStore {
         read_into(&part.file, offset, len as usize, &mut buf)?;
         let n = buf.len();
         Ok((buf, 0..n))
+    }
+
+    /// The file system took a part's `O_DIRECT` open but refused `what`
+    /// ("reads" or "writes") through it: those go through the page cache
+    /// from now on (`flag` says which).
+    fn refused(&self, flag: &AtomicBool, what: &str, e: rustix::io::Errno) {
+        tracing::info!(
+            "{}: direct {what} refused ({e}); {what} go through the page cache",
+            self.dir.display()
+        );
+        flag.store(false, Ordering::Relaxed);
     }
 
     /// Writes `data` (aligned, as `at`) to `f`, opened `O_DIRECT`, from an
@@ -574,6 +573,19 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A scratch directory named for `tag`, with two stores in it: one
+    /// that goes around the page cache where it may, and one that never
+    /// does.
+    fn direct_and_buffered(tag: &str) -> (PathBuf, [BlockStore; 2]) {
+        let d = std::env::temp_dir().join(format!("parcache-blocks-{tag}-{}", std::process::id()));
+        let stores = [
+            BlockStore::open(&d.join("direct")).unwrap(),
+            BlockStore::open(&d.join("buffered")).unwrap(),
+        ];
+        stores[1].set_direct_reads(false);
+        (d, stores)
+    }
+
     /// Aligned streamed writes go around the page cache (where the file
     /// system allows) and read back as buffered ones do, mixed with
     /// buffered writes over the same bytes, unaligned streamed writes and
@@ -581,12 +593,7 @@ mod tests {
     /// it too.
     #[test]
     fn direct_writes_read_back_as_buffered_writes() {
-        let d = std::env::temp_dir().join(format!("parcache-blocks-dwrite-{}", std::process::id()));
-        let stores = [
-            BlockStore::open(&d.join("direct")).unwrap(),
-            BlockStore::open(&d.join("buffered")).unwrap(),
-        ];
-        stores[1].set_direct_reads(false);
+        let (d, stores) = direct_and_buffered("dwrite");
         let mut model = Vec::new();
         let mut put = |at: usize, bytes: &[u8]| {
             if model.len() < at + bytes.len() {
@@ -650,12 +657,7 @@ mod tests {
     /// and a write after a read is seen by the next.
     #[test]
     fn direct_reads_answer_as_buffered_reads() {
-        let d = std::env::temp_dir().join(format!("parcache-blocks-direct-{}", std::process::id()));
-        let stores = [
-            BlockStore::open(&d.join("direct")).unwrap(),
-            BlockStore::open(&d.join("buffered")).unwrap(),
-        ];
-        stores[1].set_direct_reads(false);
+        let (d, stores) = direct_and_buffered("direct");
         let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
         for s in &stores {
             s.write(1, 0, &data[..70_000]).unwrap();
