@@ -2963,18 +2963,34 @@ fn creates_answered_before_the_server_has_them_are_seen_everywhere() {
     let (base, cluster, a, b) = two_nodes("create-behind", "2");
     let mds_pid = *cluster_pids(&cluster.0).last().unwrap();
     std::fs::create_dir(a.p("d")).unwrap();
-    // The second create in a row takes the hold and the handles.
-    std::fs::write(a.p("d/f0"), b"zero").unwrap();
-    std::fs::write(a.p("d/f1"), b"one").unwrap();
-    let (pa, pb) = (a.p("d"), b.p("d"));
-    let on_b = while_stopped(&[mds_pid], Duration::from_secs(2), move || {
-        for i in 2..7 {
-            std::fs::File::create(pa.join(format!("e{i}")))?;
+    // The second create in a row (within a second of the first) takes the
+    // hold and the handles. On a loaded machine (the suite's other tests)
+    // the two writes were once more than a second apart, and the creates
+    // then went to the stopped server: up to three rounds, each with a
+    // pair of its own.
+    let mut made = None;
+    for round in 0..3 {
+        std::fs::write(a.p(&format!("d/f{round}a")), b"zero").unwrap();
+        std::fs::write(a.p(&format!("d/f{round}b")), b"one").unwrap();
+        let (pa, pb) = (a.p("d"), b.p("d"));
+        // 5 s: a create that waits for the server waits until it goes on,
+        // and five creates on a loaded machine may take more than 2 s.
+        let on_b = while_stopped(&[mds_pid], Duration::from_secs(5), move || {
+            for i in 2..7 {
+                std::fs::File::create(pa.join(format!("e{round}_{i}")))?;
+            }
+            // b asks while a's creates wait at the stopped server too.
+            Ok(std::thread::spawn(move || {
+                std::fs::metadata(pb.join(format!("e{round}_4")))
+            }))
+        });
+        if let Some(on_b) = on_b {
+            made = Some((round, on_b));
+            break;
         }
-        // b asks while a's creates wait at the stopped server too.
-        Ok(std::thread::spawn(move || std::fs::metadata(pb.join("e4"))))
-    })
-    .expect("a create in a directory held alone waited for the metadata server");
+        eprintln!("round {round}: a create waited for the stopped metadata server");
+    }
+    let (round, on_b) = made.expect("a create in a directory held alone waited for the metadata server, 3 rounds");
     assert_eq!(
         on_b.join()
             .unwrap()
@@ -2984,7 +3000,10 @@ fn creates_answered_before_the_server_has_them_are_seen_everywhere() {
     );
     // b called a back; a takes the directory again after a while.
     for i in 2..7 {
-        assert!(b.p(&format!("d/e{i}")).exists(), "e{i}, made on a, seen on b");
+        assert!(
+            b.p(&format!("d/e{round}_{i}")).exists(),
+            "e{round}_{i}, made on a, seen on b"
+        );
     }
     std::fs::create_dir(a.p("c")).unwrap();
     for i in 0..60 {
