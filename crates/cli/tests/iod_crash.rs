@@ -600,13 +600,28 @@ async fn buffered_writes_and_cuts_survive_kill_9_with_direct_writes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Whether the file system of `dir` opens files `O_DIRECT` (tmpfs did not
+/// before Linux 6.6).
+fn takes_o_direct(dir: &std::path::Path) -> bool {
+    let p = dir.join("o-direct-probe");
+    let took = rustix::fs::open(
+        &p,
+        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::DIRECT,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .is_ok();
+    let _ = std::fs::remove_file(&p);
+    took
+}
+
 /// A data server takes its whole cache's memory once it has started, so
 /// the whole blocks it then caches cost it no page fault (issue 14: on
 /// this machine a fresh page's fault cost a new server a quarter of its
 /// write bandwidth); with `--lazy-cache` its memory grows as blocks fill
 /// it, a fault a page. It takes the buffers its direct writes copy into
-/// at start too. Both read back what was written, and `status`'s counter
-/// says how much memory the cache holds.
+/// at start too. Both read back what was written, `status`'s counter
+/// says how much memory the cache holds, and another that the whole
+/// blocks went to the block store around the page cache.
 #[tokio::test]
 async fn a_data_server_takes_its_cache_memory_at_start_unless_lazy() {
     let block = 64 << 10;
@@ -658,6 +673,16 @@ async fn a_data_server_takes_its_cache_memory_at_start_unless_lazy() {
         }
         let s = stats(&c).await;
         assert!(s.read_misses == 0 && s.cache_memory_bytes >= written, "{s:?}");
+        // Whole blocks went to the block store around the page cache,
+        // where its file system takes O_DIRECT.
+        if takes_o_direct(&dir) {
+            assert_eq!(s.direct_write_bytes, written, "{s:?}");
+        } else {
+            eprintln!(
+                "{}: no O_DIRECT here; writes went through the page cache",
+                dir.display()
+            );
+        }
         for k in 0..written >> 20 {
             assert_eq!(get(&c, 5, k << 20, 1 << 20).await, data(k), "MiB {k}");
         }

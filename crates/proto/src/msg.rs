@@ -885,6 +885,9 @@ pub struct ServerStats {
     /// Memory a data server's cache holds (it takes all of it once it has
     /// started, unless `--lazy-cache`); 0 at the metadata server.
     pub cache_memory_bytes: u64,
+    /// Bytes a data server wrote to its block store around the kernel's
+    /// page cache (`O_DIRECT`) since it started.
+    pub direct_write_bytes: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -931,6 +931,7 @@ impl Handler for IodHandler {
                     syncs: iod.syncs.load(Ordering::Relaxed),
                     requests: iod.requests.load(Ordering::Relaxed),
                     cache_memory_bytes: iod.cache.memory_bytes(),
+                    direct_write_bytes: iod.store.written_direct(),
                 })
             }
             other => Response::error(
