@@ -2786,6 +2786,12 @@ fn a_modification_time_set_before_the_close_survives_the_close() {
     finish(base, cluster, a, b);
 }
 
+/// How long [`while_stopped`] waits for an operation answered while the
+/// metadata server is stopped: one that waits for the server waits until
+/// it goes on, so a long budget costs nothing, and a short one failed on a
+/// loaded machine (five creates took over 2 s in the suite once).
+const STOPPED_BUDGET: Duration = Duration::from_secs(5);
+
 /// Runs `op` on another thread while processes `pids` are stopped
 /// (SIGSTOP): its result if it returned within `budget` (otherwise it is
 /// waited for after SIGCONT, and `None`).
@@ -2973,9 +2979,7 @@ fn creates_answered_before_the_server_has_them_are_seen_everywhere() {
         std::fs::write(a.p(&format!("d/f{round}a")), b"zero").unwrap();
         std::fs::write(a.p(&format!("d/f{round}b")), b"one").unwrap();
         let (pa, pb) = (a.p("d"), b.p("d"));
-        // 5 s: a create that waits for the server waits until it goes on,
-        // and five creates on a loaded machine may take more than 2 s.
-        let on_b = while_stopped(&[mds_pid], Duration::from_secs(5), move || {
+        let on_b = while_stopped(&[mds_pid], STOPPED_BUDGET, move || {
             for i in 2..7 {
                 std::fs::File::create(pa.join(format!("e{round}_{i}")))?;
             }
@@ -3097,7 +3101,7 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
     std::fs::remove_file(a.p("d/f0")).unwrap();
     std::fs::remove_file(a.p("d/f1")).unwrap();
     let (pa, pb) = (a.p("d"), b.p("d"));
-    let on_b = while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+    let on_b = while_stopped(&[mds_pid], STOPPED_BUDGET, move || {
         for i in 2..7 {
             std::fs::remove_file(pa.join(format!("f{i}")))?;
         }
@@ -3147,7 +3151,7 @@ fn unlinks_answered_before_the_server_has_them_are_seen_everywhere() {
         std::fs::remove_file(a.p(&format!("{dir}/h1"))).unwrap();
         let (pa, pb, data) = (a.p(dir), b.p(dir), data.clone());
         let cluster_path = format!("pc:/{dir}");
-        let other = while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+        let other = while_stopped(&[mds_pid], STOPPED_BUDGET, move || {
             for i in 2..10 {
                 std::fs::remove_file(pa.join(format!("h{i}")))?;
             }
@@ -3630,7 +3634,7 @@ fn unlinks_answered_during_a_round_trip_reach_the_server_together() {
     let before = mds_requests();
     let asking = before - r0;
     let pa = a.p("d");
-    while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+    while_stopped(&[mds_pid], STOPPED_BUDGET, move || {
         for i in 2..32 {
             std::fs::remove_file(pa.join(format!("f{i}")))?;
         }
@@ -3764,7 +3768,7 @@ fn an_unlink_sent_again_after_a_crash_leaves_a_name_made_again_elsewhere() {
     let a_pid = a.child.id() as u64;
     let pa = a.p("d/f2");
     // Answered at once; its request waits at the stopped server.
-    while_stopped(&[mds_pid], Duration::from_secs(2), move || {
+    while_stopped(&[mds_pid], STOPPED_BUDGET, move || {
         std::fs::remove_file(&pa)?;
         let sig = |s: &str, p: u64| Command::new("kill").args([s, &p.to_string()]).status().unwrap();
         // a stops before it can see the server die, and the server dies
