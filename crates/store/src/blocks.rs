@@ -280,31 +280,13 @@ impl BlockStore {
         let buf = self.spare.lock().pop();
         let mut buf = buf.unwrap_or_else(|| vec![0u8; DIRECT_PIECE + ALIGN]);
         let pad = buf.as_ptr().align_offset(ALIGN);
-        let mut r = Ok(());
-        'pieces: for (i, piece) in data.chunks(DIRECT_PIECE).enumerate() {
+        let r = data.chunks(DIRECT_PIECE).enumerate().try_for_each(|(i, piece)| {
             let out = &mut buf[pad..pad + piece.len()];
             out.copy_from_slice(piece);
-            let mut done = 0;
-            while done < piece.len() {
-                let pos = at + (i * DIRECT_PIECE + done) as u64;
-                match rustix::io::pwrite(f, &out[done..], pos) {
-                    // Short only where the disk filled: go on from an
-                    // aligned end (the next write says why it stopped);
-                    // an unaligned one could not go on directly.
-                    Ok(n) if n > 0 && (n == out.len() - done || n.is_multiple_of(ALIGN)) => done += n,
-                    Ok(_) => {
-                        r = Err(rustix::io::Errno::NOSPC);
-                        break 'pieces;
-                    }
-                    Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => {
-                        r = Err(e);
-                        break 'pieces;
-                    }
-                }
-            }
+            write_direct_at(f, out, at + (i * DIRECT_PIECE) as u64)?;
             self.written_direct.fetch_add(piece.len() as u64, Ordering::Relaxed);
-        }
+            Ok(())
+        });
         let mut spare = self.spare.lock();
         if spare.len() < SPARE_MAX {
             spare.push(buf);
@@ -464,6 +446,23 @@ fn read_into(f: &File, at: u64, len: usize, buf: &mut Vec<u8>) -> io::Result<()>
     }
     // The spare capacity may hold more than `len`.
     buf.truncate(start + len);
+    Ok(())
+}
+
+/// Writes all of `out` (aligned, as `at`) at `at` of `f`, opened
+/// `O_DIRECT`. A write ends short only where the disk filled: it goes on
+/// from an aligned end (the next write says why it stopped), and an
+/// unaligned one, which could not go on directly, is the disk being full.
+fn write_direct_at(f: &File, out: &[u8], at: u64) -> Result<(), rustix::io::Errno> {
+    let mut done = 0;
+    while done < out.len() {
+        match rustix::io::pwrite(f, &out[done..], at + done as u64) {
+            Ok(n) if n > 0 && (n == out.len() - done || n.is_multiple_of(ALIGN)) => done += n,
+            Ok(_) => return Err(rustix::io::Errno::NOSPC),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
 }
 
