@@ -146,6 +146,23 @@ impl BenchCluster {
         Ok(drop_caches())
     }
 
+    /// The data servers' read hits and misses so far, summed (on the caller's
+    /// runtime): a run says from them how warm a "warm" read was.
+    pub async fn read_hits_misses(&self) -> Result<(u64, u64)> {
+        let (mut hits, mut misses) = (0, 0);
+        for r in &self.iods {
+            let c = parcache_proto::Client::connect(&r.addr.to_string(), &self.secret).await?;
+            match c.call(&parcache_proto::Request::Stats, &[]).await?.0 {
+                parcache_proto::Response::Stats(s) => {
+                    hits += s.read_hits;
+                    misses += s.read_misses;
+                }
+                other => anyhow::bail!("stats of data server {}: {other:?}", r.addr),
+            }
+        }
+        Ok((hits, misses))
+    }
+
     /// Empties the data servers' caches by restarting them: each stops
     /// (its checkpoint writes every dirty block down) and starts again on
     /// the same directory and address. A daemon restarted in its own
