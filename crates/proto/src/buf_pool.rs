@@ -27,6 +27,9 @@ const LARGEST: usize = 4 << 20;
 /// buffer out of use).
 pub const POOLED_MIN: usize = 32 << 10;
 
+/// New buffers are a multiple of this long.
+const PAGE: usize = 4096;
+
 #[derive(Default)]
 pub struct BufPool {
     free: Mutex<Vec<Vec<u8>>>,
@@ -44,7 +47,10 @@ impl BufPool {
                 .rposition(|b| b.capacity() >= len && b.capacity() <= len.saturating_mul(2));
             fits.map(|i| free.swap_remove(i))
         };
-        let mut buf = kept.unwrap_or_default();
+        // A new buffer is a whole number of pages: the next payload's
+        // header may be a byte longer (its offset's encoding is), and a
+        // buffer cut to the byte would then not fit it.
+        let mut buf = kept.unwrap_or_else(|| Vec::with_capacity(len.next_multiple_of(PAGE)));
         buf.resize(len, 0);
         buf
     }
@@ -125,6 +131,20 @@ mod tests {
         drop(pool.take(POOLED_MIN));
         drop(big);
         assert_eq!(pool.kept(), before - 1, "too large to keep");
+    }
+
+    /// A buffer taken for a payload serves the next one a few bytes
+    /// longer: consecutive writes' headers differ by a byte as their
+    /// offsets grow, and a data server's connection took a new 256 KiB
+    /// buffer (and cleared its pages) for most of them.
+    #[test]
+    fn a_buffer_serves_a_payload_a_byte_longer() {
+        let pool = Arc::new(BufPool::default());
+        let first = pool.take(266_245);
+        let at = first.as_ptr();
+        drop(pool.bytes(first));
+        let next = pool.take(266_246);
+        assert_eq!((next.as_ptr(), next.len()), (at, 266_246));
     }
 
     /// Large buffers are kept only up to KEEP_BYTES in all: a burst of

@@ -274,9 +274,17 @@ impl BlockStore {
         flag.store(false, Ordering::Relaxed);
     }
 
-    /// Writes `data` (aligned, as `at`) to `f`, opened `O_DIRECT`, from an
-    /// aligned copy, a [`DIRECT_PIECE`] at a time.
+    /// Writes `data` (a multiple of [`ALIGN`] long, as `at`) to `f`, opened
+    /// `O_DIRECT`: from where it is if it lies on a boundary, otherwise
+    /// from an aligned copy, a [`DIRECT_PIECE`] at a time.
     fn write_direct(&self, f: &File, at: u64, data: &[u8]) -> Result<(), rustix::io::Errno> {
+        if data.as_ptr().align_offset(ALIGN) == 0 {
+            // Already aligned (a request's payload as the frame reader
+            // places it): written from where it is, no copy.
+            write_direct_at(f, data, at)?;
+            self.written_direct.fetch_add(data.len() as u64, Ordering::Relaxed);
+            return Ok(());
+        }
         let buf = self.spare.lock().pop();
         let mut buf = buf.unwrap_or_else(|| vec![0u8; DIRECT_PIECE + ALIGN]);
         let pad = buf.as_ptr().align_offset(ALIGN);
@@ -602,6 +610,12 @@ mod tests {
         };
         let block: Vec<u8> = (0..65_536u32).map(|i| (i * 13 + i / 509) as u8).collect();
         let big: Vec<u8> = (0..(DIRECT_PIECE + 3 * 65_536) as u32).map(|i| (i / 7) as u8).collect();
+        // A source already on a boundary, as the frame reader places a
+        // request's payload: written from where it is.
+        let mut on_boundary = vec![0u8; big.len() + ALIGN];
+        let pad = on_boundary.as_ptr().align_offset(ALIGN);
+        on_boundary[pad..pad + big.len()].copy_from_slice(&big);
+        let placed = &on_boundary[pad..pad + big.len()];
         let mut aligned = 0;
         for s in &stores {
             // Past the end first (a hole before it), then a run of more
@@ -614,6 +628,7 @@ mod tests {
             s.write(2, 5 * 65_536 + 100, &block[..5000]).unwrap();
             s.write_streamed(2, 5 * 65_536, &block).unwrap();
             s.write_streamed(2, 100, &block[..1000]).unwrap();
+            s.write_streamed(2, 30 * 65_536, placed).unwrap();
         }
         for (at, bytes) in [
             (4 * 65_536, &block[..]),
@@ -623,6 +638,7 @@ mod tests {
             (5 * 65_536 + 100, &block[..5000]),
             (5 * 65_536, &block[..]),
             (100, &block[..1000]),
+            (30 * 65_536, placed),
         ] {
             put(at, bytes);
             if at % ALIGN == 0 && bytes.len() % ALIGN == 0 {
