@@ -128,6 +128,24 @@ async fn read_seq(fs: &Arc<Fs>, a: &Attr, mib: u64, lanes: u64) -> Result<f64> {
     Ok(rate(mib * MIB as u64, t.elapsed().as_secs_f64()))
 }
 
+/// Reads the file `a` as [`read_seq`] does from a new client (its node
+/// cache empty, its memory taken first): GB/s, and the share of the data
+/// servers' reads meanwhile that hit.
+async fn read_warm(
+    cluster: &BenchCluster,
+    ncfg: &parcache_client::NodeCacheConfig,
+    a: &Attr,
+    mib: u64,
+    lanes: u64,
+) -> Result<(f64, f64)> {
+    let fs = Fs::connect_with(&cluster.mds_addr, &cluster.secret, ncfg.clone()).await?;
+    cache_taken(&fs).await?;
+    let before = cluster.read_hits_misses().await?;
+    let rate = read_seq(&fs, a, mib, lanes).await?;
+    let after = cluster.read_hits_misses().await?;
+    Ok((rate, hit_share(before, after)))
+}
+
 /// Takes the client's node cache memory and waits for it, as `mount-io`'s
 /// mount does (unless `PARCACHE_LAZY_CACHE=1`): on this machine a page's
 /// first touch costs 2–30 µs, which a short run would otherwise count
@@ -208,22 +226,10 @@ fn main() -> Result<()> {
         cache_taken(&fs).await?;
         let a = fs.resolve("/seq1").await?;
         let cr = read_seq(&fs, &a, mib, 1).await?;
-        let warm = Fs::connect_with(&mds_addr, &secret, ncfg.clone()).await?;
-        cache_taken(&warm).await?;
-        let before = cluster.read_hits_misses().await?;
-        let ww = read_seq(&warm, &a, mib, 1).await?;
-        let after = cluster.read_hits_misses().await?;
-        let warm_hits = hit_share(before, after);
-        drop(warm);
+        let (ww, warm_hits) = read_warm(&cluster, &ncfg, &a, mib, 1).await?;
         let a8 = fs.resolve("/seq8").await?;
         let cr8 = read_seq(&fs, &a8, mib, 8).await?;
-        let warm = Fs::connect_with(&mds_addr, &secret, ncfg).await?;
-        cache_taken(&warm).await?;
-        let before = cluster.read_hits_misses().await?;
-        let ww8 = read_seq(&warm, &a8, mib, 8).await?;
-        let after = cluster.read_hits_misses().await?;
-        let warm8_hits = hit_share(before, after);
-        drop(warm);
+        let (ww8, warm8_hits) = read_warm(&cluster, &ncfg, &a8, mib, 8).await?;
         let mut x = 12345u64;
         let t = Instant::now();
         for _ in 0..random {
