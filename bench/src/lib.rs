@@ -163,6 +163,12 @@ impl BenchCluster {
         Ok((hits, misses))
     }
 
+    /// [`BenchCluster::read_hits_misses`] on the cluster's own runtime
+    /// (from outside any runtime).
+    pub fn read_hits_misses_now(&self) -> Result<(u64, u64)> {
+        self.rt.block_on(self.read_hits_misses())
+    }
+
     /// Empties the data servers' caches by restarting them: each stops
     /// (its checkpoint writes every dirty block down) and starts again on
     /// the same directory and address. A daemon restarted in its own

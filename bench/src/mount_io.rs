@@ -278,6 +278,9 @@ struct Figures {
     write: f64,
     read: f64,
     read_warm: f64,
+    /// The share of the data servers' reads that hit during the warm read
+    /// (parcache only).
+    warm_hits: Option<f64>,
     rand_cold: f64,
     rand_cold4: f64,
     rand_cached: f64,
@@ -355,7 +358,9 @@ impl ParcacheMount {
 /// Measures one target in `dir`. `cold` empties every cache below the
 /// program (page cache, and for parcache the node's and the data
 /// servers'); `warm` only the node's (a fresh mount), so reads come from
-/// the data servers' caches.
+/// the data servers' caches; `hits` counts the data servers' read hits and
+/// misses (parcache only), so the run says how warm the warm read was.
+#[allow(clippy::too_many_arguments)]
 fn measure(
     name: &str,
     dir: &Path,
@@ -364,6 +369,7 @@ fn measure(
     tar: &Path,
     mut cold: impl FnMut() -> Result<()>,
     mut warm: impl FnMut() -> Result<()>,
+    mut hits: impl FnMut() -> Result<Option<(u64, u64)>>,
 ) -> Result<Figures> {
     let bytes = (mib << 20) as f64;
     eprintln!("{name}: sequential write {mib} MiB");
@@ -377,7 +383,15 @@ fn measure(
     let r = fio(dir, "seq", "read", "1M", &size, &[])?;
     let cpu_read = (cpu_secs() - c0) * 1e9 / bytes;
     warm()?;
+    let before = hits()?;
     let rw = fio(dir, "seq", "read", "1M", &size, &[])?;
+    let warm_hits = match (before, hits()?) {
+        (Some((h0, m0)), Some((h1, m1))) => {
+            let (h, m) = (h1.saturating_sub(h0) as f64, m1.saturating_sub(m0) as f64);
+            Some(if h + m == 0.0 { 0.0 } else { h / (h + m) })
+        }
+        _ => None,
+    };
     eprintln!("{name}: 4 KiB random reads, cold and cached, 1 and 4 jobs");
     fio(dir, "rand", "write", "1M", "256M", &["--end_fsync=1"])?;
     let four = ["--numjobs=4", "--group_reporting", "--filename=rand.0.0"];
@@ -418,6 +432,7 @@ fn measure(
         write: w.bw,
         read: r.bw,
         read_warm: rw.bw,
+        warm_hits,
         rand_cold: cold1.iops,
         rand_cold4: cold4.iops,
         rand_cached: cached.iops,
@@ -514,7 +529,7 @@ fn main() -> Result<()> {
     let local = dir.join("local");
     std::fs::create_dir_all(&local)?;
     let tar = make_tree(&dir)?;
-    let lf = measure("local", &local, mib, files, &tar, drop_only, || Ok(()))?;
+    let lf = measure("local", &local, mib, files, &tar, drop_only, || Ok(()), || Ok(None))?;
     std::fs::remove_dir_all(&local)?;
 
     let (bsrc, bmnt) = (dir.join("bindfs-src"), dir.join("bindfs"));
@@ -529,7 +544,7 @@ fn main() -> Result<()> {
         bail!("bindfs {} {} failed", bsrc.display(), bmnt.display());
     }
     wait_mounted(&bmnt)?;
-    let bf = measure("bindfs", &bmnt, mib, files, &tar, drop_only, || Ok(()));
+    let bf = measure("bindfs", &bmnt, mib, files, &tar, drop_only, || Ok(()), || Ok(None));
     let _ = Command::new("fusermount3").arg("-u").arg(&bmnt).status();
     let bf = bf?;
     std::fs::remove_dir_all(&bsrc)?;
@@ -561,6 +576,7 @@ fn main() -> Result<()> {
             pm.mount(&c)
         },
         || pm.borrow_mut().mount(&cluster_cell.borrow()),
+        || cluster_cell.borrow().read_hits_misses_now().map(Some),
     )?;
     drop(pm);
     drop(cluster);
@@ -614,12 +630,13 @@ fn main() -> Result<()> {
     };
     print_table(&cols, 3, "(random reads: IOPS)", [lf, bf, pf].map(|f| row(&f)));
     println!(
-        "{:<10} {:>12} {:>12} {:>12.2}   (warm read / loopback TCP; bindfs, a FUSE passthrough of the page cache: {:.2})",
+        "{:<10} {:>12} {:>12} {:>12.2}   (warm read / loopback TCP; bindfs, a FUSE passthrough of the page cache: {:.2}; the data servers' read hits during parcache's warm read: {})",
         "/TCP",
         "",
         "",
         pf.read_warm / tcp,
-        bf.read_warm / tcp
+        bf.read_warm / tcp,
+        pf.warm_hits.map_or("not counted".to_string(), |h| format!("{:.0} %", h * 100.0))
     );
     println!(
         "tar d after tar x: {} (local), {} (bindfs), {} (parcache) differences from the archive (contents, modes, times)",
