@@ -48,8 +48,9 @@ impl BufPool {
             fits.map(|i| free.swap_remove(i))
         };
         // A new buffer is a whole number of pages: the next payload's
-        // header may be a byte longer (its offset's encoding is), and a
-        // buffer cut to the byte would then not fit it.
+        // header may be a byte longer (postcard encodes an integer in as
+        // many bytes as it needs), and a buffer cut to the byte would
+        // then not fit it.
         let mut buf = kept.unwrap_or_else(|| Vec::with_capacity(len.next_multiple_of(PAGE)));
         buf.resize(len, 0);
         buf
@@ -134,8 +135,8 @@ mod tests {
     }
 
     /// A buffer taken for a payload serves the next one a few bytes
-    /// longer: consecutive writes' headers differ by a byte as their
-    /// offsets grow, and a data server's connection took a new 256 KiB
+    /// longer: consecutive writes' headers differed by a byte, and a
+    /// data server's connection took a new 256 KiB
     /// buffer (and cleared its pages) for most of them.
     #[test]
     fn a_buffer_serves_a_payload_a_byte_longer() {

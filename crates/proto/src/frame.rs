@@ -99,11 +99,16 @@ pub fn decode<M: DeserializeOwned>(mut body: Bytes) -> Result<Frame<M>, FrameErr
         return Err(FrameError::Short(n));
     }
     let header = body.split_to(hlen);
-    let msg = postcard::from_bytes(&header).map_err(|e| FrameError::BadHeader {
+    let msg = message(id, &header)?;
+    Ok(Frame { id, msg, data: body })
+}
+
+/// The message of request `id` from its encoded header.
+fn message<M: DeserializeOwned>(id: u64, header: &[u8]) -> Result<M, FrameError> {
+    postcard::from_bytes(header).map_err(|e| FrameError::BadHeader {
         id,
         reason: e.to_string(),
-    })?;
-    Ok(Frame { id, msg, data: body })
+    })
 }
 
 /// Reads one frame. `Closed` if the peer closed cleanly between frames.
@@ -183,10 +188,7 @@ async fn read_aligned<M: DeserializeOwned, R: AsyncRead + Unpin>(
         _ => 0,
     };
     r.read_exact(&mut buf[at..at + rest]).await.map_err(truncated)?;
-    let msg = postcard::from_bytes(&buf[at..at + hlen]).map_err(|e| FrameError::BadHeader {
-        id,
-        reason: e.to_string(),
-    })?;
+    let msg = message(id, &buf[at..at + hlen])?;
     let data = pool.bytes(buf).slice(at + hlen..at + rest);
     Ok(Frame { id, msg, data })
 }
