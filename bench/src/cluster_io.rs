@@ -23,7 +23,7 @@
 //! sockets with the real protocol; the write log fsyncs as in production.
 
 use anyhow::Result;
-use parcache_bench::{loopback_tcp, BenchCluster};
+use parcache_bench::{hit_share, loopback_tcp, BenchCluster};
 use parcache_client::{Attr, Fs};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -86,18 +86,6 @@ fn local_dir(dir: &std::path::Path, total: u64, random: usize) -> Result<(f64, f
     let iops = random as f64 / t.elapsed().as_secs_f64();
     std::fs::remove_file(&p)?;
     Ok((w, r, iops))
-}
-
-/// The share of the data servers' reads between two counts of their
-/// (hits, misses) that hit.
-fn hit_share(before: (u64, u64), after: (u64, u64)) -> f64 {
-    let hits = after.0.saturating_sub(before.0) as f64;
-    let misses = after.1.saturating_sub(before.1) as f64;
-    if hits + misses == 0.0 {
-        0.0
-    } else {
-        hits / (hits + misses)
-    }
 }
 
 /// Reads the file `a` of `mib` MiB sequentially in 1 MiB requests, `lanes`

@@ -6,6 +6,18 @@ use parcache_server::{iod, mds};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// The share of the data servers' reads between two counts of their
+/// (hits, misses) that hit.
+pub fn hit_share(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let hits = after.0.saturating_sub(before.0) as f64;
+    let misses = after.1.saturating_sub(before.1) as f64;
+    if hits + misses == 0.0 {
+        0.0
+    } else {
+        hits / (hits + misses)
+    }
+}
+
 /// A parcache cluster (`iods` data servers and a metadata server) on
 /// loopback, each daemon on a runtime of its own, bounded as its process's
 /// would be (`parcache_server::runtime`): real sockets, the real protocol,

@@ -385,13 +385,7 @@ fn measure(
     warm()?;
     let before = hits()?;
     let rw = fio(dir, "seq", "read", "1M", &size, &[])?;
-    let warm_hits = match (before, hits()?) {
-        (Some((h0, m0)), Some((h1, m1))) => {
-            let (h, m) = (h1.saturating_sub(h0) as f64, m1.saturating_sub(m0) as f64);
-            Some(if h + m == 0.0 { 0.0 } else { h / (h + m) })
-        }
-        _ => None,
-    };
+    let warm_hits = before.zip(hits()?).map(|(b, a)| parcache_bench::hit_share(b, a));
     eprintln!("{name}: 4 KiB random reads, cold and cached, 1 and 4 jobs");
     fio(dir, "rand", "write", "1M", "256M", &["--end_fsync=1"])?;
     let four = ["--numjobs=4", "--group_reporting", "--filename=rand.0.0"];
