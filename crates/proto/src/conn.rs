@@ -262,10 +262,10 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 /// The next request on a connection, or `None` once the server is told
-/// to stop. The stop is looked at first: a request that arrives with it
-/// is not taken, since a server stopping gracefully tells its next
-/// incarnation it lost nothing it acknowledged (and a lane's requests
-/// ready in the buffer would otherwise win half the draws).
+/// to stop. The stop is looked at first (an unbiased `select!` draws
+/// between ready branches, and took a request ready with the stop half
+/// the time): a server stopping gracefully tells its next incarnation it
+/// lost nothing it acknowledged, so it takes no request after the stop.
 async fn next_request<R: tokio::io::AsyncRead + Unpin>(
     r: &mut R,
     pool: &Arc<BufPool>,
