@@ -1345,6 +1345,50 @@ fn a_large_file_opened_for_reading_streams_past_the_page_cache_until_read_in_sma
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A large file read again and again in 1 MiB reads into a buffer 16
+/// bytes past a page boundary (where fio's lie) keeps streaming past the
+/// page cache. A request spans at most 256 pages (the kernel's
+/// `fs.fuse.max_pages_limit`), so the kernel sends each such read as 1 MiB
+/// less 16 bytes and a read of the 16 left; after 64 of those the node
+/// took the file for one read in small pieces, and the next opens filled
+/// the page cache (a 200 MiB file's second read ran at a quarter of the
+/// first's rate).
+#[test]
+fn unaligned_large_reads_keep_streaming() {
+    let (base, cluster) = up("unaligned", "2");
+    let trace = base.join("a.jsonl");
+    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--record", trace.to_str().unwrap()]);
+    let mib = 1usize << 20;
+    let len = 64 * mib;
+    let data = pattern(len, 11);
+    let mut buf = memmap2::MmapMut::map_anon(2 * mib).unwrap();
+    let at = 16;
+    let mut f = std::fs::File::create(a.p("big")).unwrap();
+    for piece in data.chunks(mib) {
+        buf[at..at + mib].copy_from_slice(piece);
+        f.write_all(&buf[at..at + mib]).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    for open in 2..=4 {
+        let mut f = std::fs::File::open(a.p("big")).unwrap();
+        for (k, piece) in data.chunks(mib).enumerate() {
+            f.read_exact(&mut buf[at..at + mib]).unwrap();
+            assert!(buf[at..at + mib] == *piece, "open {open}: MiB {k}");
+        }
+    }
+    a.unmount();
+
+    let r = reads_per_open(&trace, "/big");
+    assert_eq!(r.len(), 4, "{r:?}");
+    assert!(
+        r[1..].iter().all(|&n| n >= len as u64),
+        "every open for reading streamed past the kernel's pages: {r:?}"
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// The kernel's pages of a file, resident now, in bytes (`fincore`).
 fn resident(path: &Path) -> u64 {
     let (ok, out) = run(&format!("fincore --bytes --noheadings --output RES {}", path.display()));

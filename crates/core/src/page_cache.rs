@@ -53,7 +53,10 @@ pub const STREAM_FROM: u64 = 64 << 20;
 pub const SMALL_READ: u64 = 32 << 10;
 
 /// After this many small reads of a file, each beginning where the one
-/// before ended, the node lets later opens keep the page cache: a program
+/// before ended and following a small one (a small read right after a
+/// large one is the tail of a read the kernel split at its 256-page limit,
+/// [`crate::consistency::NodeFile::read_small`]), the node lets later
+/// opens keep the page cache: a program
 /// reading a large file in small pieces (`dd` without `bs=`, a line reader
 /// with its own small buffer) asks the node for each piece when bypassing
 /// it, where the page cache's read-ahead asks for many at once.
