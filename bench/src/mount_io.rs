@@ -278,6 +278,8 @@ struct Figures {
     write: f64,
     read: f64,
     read_warm: f64,
+    /// GB/s of a second read right after the warm one, on the same mount.
+    read_again: f64,
     /// The share of the data servers' reads that hit during the warm read
     /// (parcache only).
     warm_hits: Option<f64>,
@@ -386,6 +388,9 @@ fn measure(
     let before = hits()?;
     let rw = fio(dir, "seq", "read", "1M", &size, &[])?;
     let warm_hits = before.zip(hits()?).map(|(b, a)| parcache_bench::hit_share(b, a));
+    // Read again as the first left every cache (no remount): a program
+    // reading its input twice.
+    let again = fio(dir, "seq", "read", "1M", &size, &[])?;
     eprintln!("{name}: 4 KiB random reads, cold and cached, 1 and 4 jobs");
     fio(dir, "rand", "write", "1M", "256M", &["--end_fsync=1"])?;
     let four = ["--numjobs=4", "--group_reporting", "--filename=rand.0.0"];
@@ -426,6 +431,7 @@ fn measure(
         write: w.bw,
         read: r.bw,
         read_warm: rw.bw,
+        read_again: again.bw,
         warm_hits,
         rand_cold: cold1.iops,
         rand_cold4: cold4.iops,
@@ -631,6 +637,13 @@ fn main() -> Result<()> {
         pf.read_warm / tcp,
         bf.read_warm / tcp,
         pf.warm_hits.map_or("not counted".to_string(), |h| format!("{:.0} %", h * 100.0))
+    );
+    println!(
+        "read again (right after the warm read, no remount: a program reading its input twice): local {:.2}, bindfs {:.2}, parcache {:.2} GB/s ({:.2} of its warm read)",
+        lf.read_again,
+        bf.read_again,
+        pf.read_again,
+        pf.read_again / pf.read_warm
     );
     println!(
         "tar d after tar x: {} (local), {} (bindfs), {} (parcache) differences from the archive (contents, modes, times)",
