@@ -8,6 +8,9 @@
 # default; PARCACHE_FUSE_URING=on puts it on FUSE's io_uring queues
 # (`mount --io-uring`; the run sets enable_uring for parcache's part and
 # puts it back).
+# SeaweedFS, a distributed file system users pick instead, runs the same
+# jobs beside parcache where bench/seaweedfs.sh can build it (a Go
+# toolchain and the Go module proxy); PARCACHE_RIVALS=off leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${1:-1024}
@@ -15,7 +18,15 @@ files=${2:-10000}
 scripts/setup.sh
 echo "bench/speed.sh: building the benchmarks (release)" >&2
 cargo build --release --locked -p parcache-bench --bin mount-io --bin cluster-io
-echo "== the mount (mount-io $mib $files; PARCACHE_FUSE_URING=${PARCACHE_FUSE_URING:-off})"
+rival=no
+if [ "${PARCACHE_RIVALS:-on}" != off ] && weed=$(bench/seaweedfs.sh); then
+  export PARCACHE_RIVAL_WEED="$weed"
+  rival=yes
+else
+  unset PARCACHE_RIVAL_WEED
+  echo "bench/speed.sh: SeaweedFS is not measured in this run" >&2
+fi
+echo "== the mount (mount-io $mib $files; PARCACHE_FUSE_URING=${PARCACHE_FUSE_URING:-off}; SeaweedFS beside it: $rival)"
 target/release/mount-io "$mib" "$files"
 echo "== the client library (cluster-io $mib)"
 target/release/cluster-io "$mib"

@@ -6,6 +6,8 @@ use parcache_server::{iod, mds};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub mod seaweedfs;
+
 /// The share of the data servers' reads between two counts of their
 /// (hits, misses) that hit.
 pub fn hit_share(before: (u64, u64), after: (u64, u64)) -> f64 {
@@ -325,6 +327,13 @@ pub fn wake_round_trip() -> Result<(f64, Option<f64>)> {
     let pinned = rounds(Some(&one));
     sched_setaffinity(None, &all)?;
     Ok((free, Some(pinned?)))
+}
+
+/// Whether a file system is mounted at `dir` (per /proc/mounts).
+pub fn mounted(dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else { return false };
+    let table = std::fs::read("/proc/mounts").unwrap_or_default();
+    parcache_fuse::mount_table(&table).iter().any(|e| e.at == dir)
 }
 
 /// Writes dirty pages down and drops the kernel's page cache, dentries and

@@ -37,6 +37,15 @@
 //! blocks fill it (`iod --lazy-cache`), each page's first touch then paid
 //! on the data path.
 //!
+//! `PARCACHE_RIVAL_WEED=PATH` (a SeaweedFS `weed`, which
+//! `bench/seaweedfs.sh` builds and `bench/speed.sh` passes) runs every job
+//! on SeaweedFS too, a distributed file system users pick instead: `weed
+//! server` (master, volume server, filer) on loopback and `weed mount`,
+//! with their defaults ([`parcache_bench::seaweedfs`]); cold is a new
+//! mount (its chunk cache emptied) with the page cache dropped, warm a new
+//! mount only. Its figures print as a row of their own, with parcache's
+//! ratio to them.
+//!
 //! `PARCACHE_FUSE_URING=on` runs parcache's mount over FUSE's io_uring
 //! queues (a queue per CPU, `parcache mount --io-uring`) where the kernel
 //! has them: as root the run sets the fuse module's `enable_uring` for
@@ -46,7 +55,8 @@
 //! them was now and then never handed to the mount).
 
 use anyhow::{bail, Context, Result};
-use parcache_bench::{drop_caches, BenchCluster};
+use parcache_bench::seaweedfs::Seaweed;
+use parcache_bench::{drop_caches, mounted, BenchCluster};
 use parcache_client::Fs;
 use parcache_fuse::{FuseQueues, Mount};
 use std::path::{Path, PathBuf};
@@ -91,12 +101,6 @@ fn fio(dir: &Path, name: &str, rw: &str, bs: &str, size: &str, extra: &[&str]) -
         bw: side["bw_bytes"].as_f64().unwrap_or(0.0) / 1e9,
         iops: side["iops"].as_f64().unwrap_or(0.0),
     })
-}
-
-fn mounted(dir: &Path) -> bool {
-    let Ok(dir) = dir.canonicalize() else { return false };
-    let table = std::fs::read("/proc/mounts").unwrap_or_default();
-    parcache_fuse::mount_table(&table).iter().any(|e| e.at == dir)
 }
 
 fn wait_mounted(dir: &Path) -> Result<()> {
@@ -449,18 +453,18 @@ fn measure(
     })
 }
 
-/// Prints one table: a column header, the local directory's, bindfs's and
-/// parcache's figures (the first `fractional` columns with two decimals),
-/// then parcache's ratio to each of the other two.
-fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, rows: [[f64; N]; 3]) {
+/// Prints one table: a column header, each target's figures (the first
+/// `fractional` columns with two decimals; parcache's last), then
+/// parcache's ratio to each of the others.
+fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, rows: &[(&str, [f64; N])]) {
     print!("{:<10}", "");
     for c in cols {
         print!(" {c:>12}");
     }
     println!("   {unit}");
-    for (n, r) in ["local", "bindfs", "parcache"].into_iter().zip(rows) {
+    for (n, r) in rows {
         print!("{n:<10}");
-        for (i, v) in r.into_iter().enumerate() {
+        for (i, v) in r.iter().enumerate() {
             if i < fractional {
                 print!(" {v:>12.2}");
             } else {
@@ -469,9 +473,12 @@ fn print_table<const N: usize>(cols: &[&str; N], fractional: usize, unit: &str, 
         }
         println!();
     }
-    for (n, b) in [("/local", rows[0]), ("/bindfs", rows[1])] {
-        print!("{n:<10}");
-        for (x, y) in rows[2].into_iter().zip(b) {
+    let Some(((_, p), others)) = rows.split_last() else {
+        return;
+    };
+    for (n, b) in others {
+        print!("{:<10}", format!("/{n}"));
+        for (x, y) in p.iter().zip(b) {
             print!(" {:>12.2}", x / y);
         }
         println!();
@@ -548,6 +555,33 @@ fn main() -> Result<()> {
     let _ = Command::new("fusermount3").arg("-u").arg(&bmnt).status();
     let bf = bf?;
     std::fs::remove_dir_all(&bsrc)?;
+
+    // SeaweedFS, where bench/seaweedfs.sh built it: a distributed file
+    // system users pick instead, with the same jobs. Cold: a new mount
+    // (its chunk cache emptied) and the page cache dropped, so its volume
+    // server reads its disk; warm: a new mount only.
+    // A failure of its own leaves its row out, said, and the run goes on.
+    let sf = std::env::var_os("PARCACHE_RIVAL_WEED").and_then(|weed| {
+        let sdir = dir.join("seaweedfs");
+        let run = || -> Result<Figures> {
+            let sw = std::cell::RefCell::new(Seaweed::start(Path::new(&weed), &sdir)?);
+            let at = sw.borrow().at();
+            measure(
+                "seaweedfs",
+                &at,
+                mib,
+                files,
+                &tar,
+                || sw.borrow_mut().remount(true),
+                || sw.borrow_mut().remount(false),
+                || Ok(None),
+            )
+        };
+        let f = run();
+        let _ = std::fs::remove_dir_all(&sdir);
+        f.map_err(|e| eprintln!("seaweedfs: {e:#}; its figures are left out of this run"))
+            .ok()
+    });
 
     // FUSE over io_uring for parcache's part (bindfs's libfuse has none).
     let uring = UringForRun::start();
@@ -628,7 +662,12 @@ fn main() -> Result<()> {
             f.fsyncs,
         ]
     };
-    print_table(&cols, 3, "(random reads: IOPS)", [lf, bf, pf].map(|f| row(&f)));
+    // The targets in the order printed, parcache last.
+    let mut targets = vec![("local", lf), ("bindfs", bf)];
+    targets.extend(sf.map(|f| ("seaweedfs", f)));
+    targets.push(("parcache", pf));
+    let rows: Vec<_> = targets.iter().map(|(n, f)| (*n, row(f))).collect();
+    print_table(&cols, 3, "(random reads: IOPS)", &rows);
     println!(
         "{:<10} {:>12} {:>12} {:>12.2}   (warm read / loopback TCP; bindfs, a FUSE passthrough of the page cache: {:.2}; the data servers' read hits during parcache's warm read: {})",
         "/TCP",
@@ -638,16 +677,24 @@ fn main() -> Result<()> {
         bf.read_warm / tcp,
         pf.warm_hits.map_or("not counted".to_string(), |h| format!("{:.0} %", h * 100.0))
     );
+    let each = |what: &dyn Fn(&Figures) -> String| {
+        targets
+            .iter()
+            .map(|(n, f)| format!("{n} {}", what(f)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(f) = sf {
+        println!("seaweedfs's warm read / loopback TCP: {:.2}", f.read_warm / tcp);
+    }
     println!(
-        "read again (right after the warm read, no remount: a program reading its input twice): local {:.2}, bindfs {:.2}, parcache {:.2} GB/s ({:.2} of its warm read)",
-        lf.read_again,
-        bf.read_again,
-        pf.read_again,
+        "read again (right after the warm read, no remount: a program reading its input twice): {} GB/s (parcache {:.2} of its warm read)",
+        each(&|f| format!("{:.2}", f.read_again)),
         pf.read_again / pf.read_warm
     );
     println!(
-        "tar d after tar x: {} (local), {} (bindfs), {} (parcache) differences from the archive (contents, modes, times)",
-        lf.untar_differ, bf.untar_differ, pf.untar_differ
+        "tar d after tar x, differences from the archive (contents, modes, times): {}",
+        each(&|f| f.untar_differ.to_string())
     );
     println!(
         "IOR's and mdtest's patterns (fio and threads; neither tool can be built here): 2 processes; {mib} MiB in 1 MiB transfers (write ends with fsync, read cold); {files} empty files in one directory"
@@ -662,7 +709,8 @@ fn main() -> Result<()> {
         "md remove/s",
     ];
     let row2 = |f: &Figures| [f.ior[0], f.ior[1], f.ior[2], f.ior[3], f.md[0], f.md[1], f.md[2]];
-    print_table(&cols2, 4, "(IOR: GB/s)", [lf, bf, pf].map(|f| row2(&f)));
+    let rows2: Vec<_> = targets.iter().map(|(n, f)| (*n, row2(f))).collect();
+    print_table(&cols2, 4, "(IOR: GB/s)", &rows2);
     println!(
         "targets (issue 14): write, cold read >= 0.9 of local; warm read >= 0.6 of loopback TCP; random reads >= 0.8 of local; create and read back >= 1.0 of bindfs (tar x and fsync: none, shown for a user's small-file and database work); IOR and mdtest patterns >= 0.8 of bindfs"
     );
