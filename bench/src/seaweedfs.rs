@@ -20,8 +20,12 @@ pub struct Seaweed {
     dir: PathBuf,
     /// The filer's HTTP and gRPC ports.
     filer: (u16, u16),
+    /// The master's, the volume server's and the filer's gRPC ports.
+    grpc: [u16; 3],
     server: Child,
     mount: Option<Child>,
+    /// The mount sockets in /tmp before this SeaweedFS started.
+    sockets_before: std::collections::HashSet<PathBuf>,
 }
 
 impl Seaweed {
@@ -53,6 +57,7 @@ impl Seaweed {
             .arg(format!("-volume.port.grpc={}", ports[3]))
             .arg(format!("-filer.port={}", ports[4]))
             .arg(format!("-filer.port.grpc={}", ports[5]))
+            .arg(format!("-filer.localSocket={}", dir.join("filer.sock").display()))
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
@@ -61,6 +66,8 @@ impl Seaweed {
             weed: weed.to_path_buf(),
             dir: dir.to_path_buf(),
             filer: (ports[4], ports[5]),
+            grpc: [ports[1], ports[3], ports[5]],
+            sockets_before: mount_sockets(),
             server,
             mount: None,
         };
@@ -75,11 +82,16 @@ impl Seaweed {
             std::thread::sleep(Duration::from_millis(100));
         }
         s.mount(true)?;
+        // Ready once a file written there is durable: a write succeeds
+        // before the master has a leader, and its close fails with EIO
+        // ("raft.Server: Not current leader"), which a `write` that
+        // ignores its close's error never sees. 8 MiB, so that the
+        // volume server's first volumes are made before the timed jobs.
         let probe = s.at().join(".probe");
         let t = Instant::now();
-        while let Err(e) = std::fs::write(&probe, b"probe") {
+        while let Err(e) = durable_write(&probe, &[7u8; 8 << 20]) {
             if t.elapsed() > START {
-                bail!("cannot write to SeaweedFS's mount within {START:?}: {e}");
+                bail!("cannot write a file durably to SeaweedFS's mount within {START:?}: {e}");
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -159,6 +171,14 @@ impl Seaweed {
     }
 }
 
+/// Writes `data` to a new file at `path` and syncs it, every error seen.
+fn durable_write(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
 /// The last lines of a log, for an error (the bench removes the log).
 fn last_lines(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -171,10 +191,35 @@ fn last_lines(log: &Path) -> String {
     }
 }
 
+/// Sockets `weed` leaves in /tmp whatever its flags say (named by a
+/// server's gRPC port, or by a mount's hash).
+fn mount_sockets() -> std::collections::HashSet<PathBuf> {
+    std::fs::read_dir("/tmp")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("seaweedfs-mount-") && n.ends_with(".sock"))
+        })
+        .collect()
+}
+
 impl Drop for Seaweed {
     fn drop(&mut self) {
+        let now = mount_sockets();
         let _ = self.unmount();
         let _ = self.server.kill();
         let _ = self.server.wait();
+        // What it left in /tmp: its servers' sockets by their ports, and
+        // the mount sockets that were not there when this one started.
+        for (kind, port) in ["master", "volume", "filer"].into_iter().zip(self.grpc) {
+            let _ = std::fs::remove_file(format!("/tmp/seaweedfs-{kind}-grpc-{port}.sock"));
+        }
+        for p in now.difference(&self.sockets_before) {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
