@@ -329,6 +329,65 @@ pub fn wake_round_trip() -> Result<(f64, Option<f64>)> {
     Ok((free, Some(pinned?)))
 }
 
+/// The disk's own sequential write rate, GB/s: `total` bytes in 1 MiB
+/// `O_DIRECT` writes from `writers` threads, each to a file of its own in
+/// `dir` and ending with fsync, as `writers` data servers write their
+/// stripes to their block stores. Every byte written through parcache
+/// crosses this disk, so this bounds parcache's write+fsync here whatever
+/// the network does. `None` where the file system refuses `O_DIRECT`.
+pub fn disk_direct_write(dir: &Path, total: u64, writers: u64) -> Result<Option<f64>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    const PIECE: usize = 1 << 20;
+    const ALIGN: usize = 4096;
+    let share = (total / writers).div_ceil(PIECE as u64);
+    let paths: Vec<_> = (0..writers).map(|k| dir.join(format!("direct-{k}.bin"))).collect();
+    let t = Instant::now();
+    let lanes: Vec<_> = paths
+        .iter()
+        .map(|p| {
+            let p = p.clone();
+            std::thread::spawn(move || -> std::io::Result<bool> {
+                let f = match std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+                    .open(&p)
+                {
+                    Ok(f) => f,
+                    Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => return Ok(false),
+                    Err(e) => return Err(e),
+                };
+                let mut raw = vec![0x5au8; PIECE + ALIGN];
+                let skip = raw.as_ptr().align_offset(ALIGN);
+                let piece = &mut raw[skip..skip + PIECE];
+                for k in 0..share {
+                    piece[..8].copy_from_slice(&k.to_le_bytes());
+                    std::os::unix::fs::FileExt::write_all_at(&f, piece, k * PIECE as u64)?;
+                }
+                f.sync_all()?;
+                Ok(true)
+            })
+        })
+        .collect();
+    let mut direct = true;
+    let mut failed = None;
+    for lane in lanes {
+        match lane.join().map_err(|_| anyhow::anyhow!("a direct writer panicked"))? {
+            Ok(d) => direct &= d,
+            Err(e) => failed = Some(e),
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+    }
+    if let Some(e) = failed {
+        return Err(anyhow::Error::new(e).context(format!("direct writes in {}", dir.display())));
+    }
+    Ok(direct.then(|| (share * writers * PIECE as u64) as f64 / secs / 1e9))
+}
+
 /// Whether a file system is mounted at `dir` (per /proc/mounts).
 pub fn mounted(dir: &Path) -> bool {
     let Ok(dir) = dir.canonicalize() else { return false };
