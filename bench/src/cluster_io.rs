@@ -273,7 +273,8 @@ fn main() -> Result<()> {
     );
     match disk {
         Some(d) => println!(
-            "the disk's own writes, same directory: {d:.2} GB/s (4 writers of 1 MiB O_DIRECT pieces, each ending with fsync, as 4 data servers write their stripes)"
+            "the disk's own writes, same directory ({}): {d:.2} GB/s (4 writers of 1 MiB O_DIRECT pieces, each ending with fsync, as 4 data servers write their stripes)",
+            dir.display()
         ),
         None => println!("the disk's own writes: not measured (the file system here refuses O_DIRECT)"),
     }
