@@ -3,12 +3,12 @@
 //! flight at once, and bounded retries of a server that went away.
 
 use crate::peer::Peer;
-use crate::read_batch::ReadQueue;
+use crate::read_batch::{Piece, ReadQueue};
 use crate::write_batch::WriteQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_core::{BlockKey, StripeLayout};
-use parcache_driver::{join_all, Below, BelowError};
+use parcache_driver::{copied, join_all, Below, BelowError};
 use parcache_proto::{ErrorReply, Payload, Request, Response, Secret, SMALL_COPY_MAX};
 use parking_lot::Mutex as SyncMutex;
 use std::collections::{HashMap, HashSet};
@@ -783,5 +783,43 @@ impl Below for DataPath {
     async fn fetch(&self, key: BlockKey) -> std::result::Result<Bytes, BelowError> {
         let bs = self.block_size as u64;
         self.read_piece(key.file, key.index * bs, bs).await.map_err(below_err)
+    }
+
+    /// A block on one data server, its file's content not on the metadata
+    /// server, is read through the server's read queue into `buf` itself
+    /// ([`Piece`]); any other is fetched and copied in.
+    async fn fetch_into(
+        &self,
+        key: BlockKey,
+        buf: Vec<u8>,
+        _prefetch: bool,
+    ) -> (Vec<u8>, std::result::Result<usize, BelowError>) {
+        let bs = self.block_size as u64;
+        let queued = (!self.maybe_on_metadata(key.file))
+            .then(|| self.known(key.file).ok())
+            .flatten()
+            .and_then(|k| {
+                let mut chunks = k.placement.layout.chunks(key.index * bs, bs);
+                let (Some(c), None) = (chunks.next(), chunks.next()) else {
+                    return None;
+                };
+                let pos = c.server as usize;
+                let q = self.reads.get(k.placement.servers[pos] as usize)?.clone();
+                Some((q, c.server_offset, c.len, need(&k, pos, c.server_offset, c.len)))
+            });
+        let Some((q, off, len, need)) = queued else {
+            return copied(buf, self.fetch(key).await);
+        };
+        match q.read_into(key.file, off, len, need, Some(buf)).await {
+            Ok(Piece::Landed(v)) => {
+                let n = v.len();
+                (v, Ok(n))
+            }
+            Ok(Piece::Shared(mut d, lent)) => {
+                d.truncate(len as usize);
+                copied(lent.unwrap_or_default(), Ok(d))
+            }
+            Err(e) => (Vec::new(), Err(below_err(e))),
+        }
     }
 }

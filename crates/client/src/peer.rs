@@ -5,7 +5,7 @@
 
 use crate::{FsError, Result};
 use bytes::Bytes;
-use parcache_proto::{Client, ConnError, ErrorCode, Payload, Request, Response, Secret};
+use parcache_proto::{Client, ConnError, ErrorCode, Landing, Payload, Request, Response, Secret};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -312,7 +312,7 @@ impl Peer {
     /// [`Peer::call`] with a payload borrowed or shared ([`Payload`]).
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
         if req.changes_nothing() {
-            return self.send(req, data).await;
+            return self.send(req, data, None).await;
         }
         let id = {
             let mut f = self.in_flight.lock();
@@ -326,7 +326,7 @@ impl Peer {
             id,
             ended: false,
         };
-        let r = self.send(req, data).await;
+        let r = self.send(req, data, None).await;
         done.ended = true;
         r
     }
@@ -386,7 +386,16 @@ impl Peer {
         }
     }
 
-    async fn send(&self, req: &Request, data: Payload<'_>) -> Result<(Response, Bytes)> {
+    /// A read (a request that changes nothing, without a payload) whose
+    /// answer's payload lands in the buffers `landing` lends where it fits
+    /// ([`Client::call_landing`]); sent again on a new connection as
+    /// [`Peer::call`] is.
+    pub async fn call_landing(&self, req: &Request, landing: &Landing) -> Result<(Response, Bytes)> {
+        debug_assert!(req.changes_nothing());
+        self.send(req, Payload::Slice(&[]), Some(landing)).await
+    }
+
+    async fn send(&self, req: &Request, data: Payload<'_>, landing: Option<&Landing>) -> Result<(Response, Bytes)> {
         let once = match self.once.load(Ordering::SeqCst) {
             client if client != 0 && req.wants_once() => Some((client, self.seq.fetch_add(1, Ordering::SeqCst) + 1)),
             _ => None,
@@ -431,7 +440,11 @@ impl Peer {
                 Some(again) if attempt > 0 => again,
                 _ => &first,
             };
-            match conn.call_with(req, data).await {
+            let answer = match landing {
+                Some(l) => conn.call_landing(req, l).await,
+                None => conn.call_with(req, data).await,
+            };
+            match answer {
                 // Not done: the server is stopping (a restart, say).
                 Ok((Response::Error(e), _)) if e.code == ErrorCode::Stopping => {
                     tracing::warn!("{} ({}): {}; retrying", self.name, self.addr, e.message);

@@ -14,13 +14,19 @@
 //! of where it ended) and those arriving while a batch forms take this
 //! way; any other is sent at once, so a random reader pays no hop to a
 //! sender.
+//!
+//! A fetch may lend the buffer its bytes are to end in (the node cache's
+//! own, [`ReadQueue::read_into`]): a run whose fetches all lend one has its
+//! answer read from the socket straight into them ([`Landing`]), one
+//! block in each, instead of into a buffer of the connection's and then
+//! copied.
 
 use crate::data::server_error;
 use crate::server_queue::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_driver::join_all;
-use parcache_proto::{Request, Response};
+use parcache_proto::{Landing, Request, Response};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -52,7 +58,16 @@ struct Fetch {
     len: u64,
     /// The part must hold at least this much (`Request::Read`).
     need: u64,
-    done: oneshot::Sender<Result<Bytes>>,
+    /// The buffer the bytes are to end in, lent by the fetch.
+    into: Option<Vec<u8>>,
+    done: oneshot::Sender<Result<Piece>>,
+}
+
+/// A fetch's bytes: landed in the buffer it lent, or in the answer's own
+/// (with the lent buffer back, if it was not lost with a connection).
+pub(crate) enum Piece {
+    Landed(Vec<u8>),
+    Shared(Bytes, Option<Vec<u8>>),
 }
 
 impl ReadQueue {
@@ -60,12 +75,29 @@ impl ReadQueue {
     /// (short where the part ends), read with whatever else is fetched
     /// from it now.
     pub(crate) async fn read(self: &Arc<Self>, handle: u64, offset: u64, len: u64, need: u64) -> Result<Bytes> {
+        match self.read_into(handle, offset, len, need, None).await? {
+            Piece::Shared(d, _) => Ok(d),
+            Piece::Landed(v) => Ok(v.into()),
+        }
+    }
+
+    /// As [`ReadQueue::read`], the bytes landing in `into` where the
+    /// answer allows ([`Piece`]).
+    pub(crate) async fn read_into(
+        self: &Arc<Self>,
+        handle: u64,
+        offset: u64,
+        len: u64,
+        need: u64,
+        into: Option<Vec<u8>>,
+    ) -> Result<Piece> {
         let (done, rx) = oneshot::channel();
         let fetch = Fetch {
             handle,
             offset,
             len,
             need,
+            into,
             done,
         };
         let alone = {
@@ -110,7 +142,19 @@ impl ReadQueue {
     /// Sends one run and answers each of its fetches with its slice. A run
     /// of several that fails is tried again fetch by fetch, so that a
     /// failure (a part shorter than it must be) fails only its own.
-    async fn send(&self, run: Vec<Fetch>) {
+    async fn send(&self, mut run: Vec<Fetch>) {
+        // Every fetch lends a buffer: the answer lands in them, in order.
+        let landing = run.iter().all(|f| f.into.is_some()).then(|| {
+            Landing::new(
+                run.iter_mut()
+                    .map(|f| {
+                        let mut b = f.into.take().unwrap_or_default();
+                        b.resize(f.len as usize, 0);
+                        b
+                    })
+                    .collect(),
+            )
+        });
         let first = &run[0];
         let (handle, offset) = (first.handle, first.offset);
         let len: u64 = run.iter().map(|f| f.len).sum();
@@ -121,7 +165,13 @@ impl ReadQueue {
             len,
             need,
         };
-        let r = match self.peer.call(&req, &[]).await {
+        let answer = match &landing {
+            Some(l) => self.peer.call_landing(&req, l).await,
+            None => self.peer.call(&req, &[]).await,
+        };
+        let (lent, landed) = landing.as_ref().map(Landing::finish).unwrap_or_default();
+        let mut lent = lent.into_iter();
+        let r = match answer {
             Ok((Response::Data { .. }, d)) => Ok(d),
             Ok((Response::Error(e), _)) => Err(server_error(&format!("handle {handle}"), self.index, e)),
             Ok((other, _)) => Err(FsError::Protocol(format!("unexpected reply to Read: {other:?}"))),
@@ -130,15 +180,28 @@ impl ReadQueue {
         match r {
             Ok(d) => {
                 for f in run {
-                    let from = ((f.offset - offset) as usize).min(d.len());
-                    let to = (from + f.len as usize).min(d.len());
-                    let _ = f.done.send(Ok(d.slice(from..to)));
+                    let from = (f.offset - offset) as usize;
+                    let piece = match (landed, lent.next()) {
+                        (Some(n), Some(mut b)) => {
+                            b.truncate(n.saturating_sub(from).min(f.len as usize));
+                            Piece::Landed(b)
+                        }
+                        (_, b) => {
+                            let from = from.min(d.len());
+                            let to = (from + f.len as usize).min(d.len());
+                            Piece::Shared(d.slice(from..to), b)
+                        }
+                    };
+                    let _ = f.done.send(Ok(piece));
                 }
             }
             Err(e) if run.len() == 1 => {
                 let _ = run.into_iter().next().expect("one").done.send(Err(e));
             }
             Err(_) => {
+                for (f, b) in run.iter_mut().zip(lent) {
+                    f.into = Some(b);
+                }
                 join_all(run.into_iter().map(|f| Box::pin(self.send(vec![f])))).await;
             }
         }
@@ -180,6 +243,7 @@ mod tests {
             offset,
             len,
             need: 0,
+            into: None,
             done: oneshot::channel().0,
         }
     }

@@ -665,6 +665,27 @@ impl Below for NodeBelow {
         Ok(got)
     }
 
+    /// The data servers' blocks land in the cache's buffer
+    /// ([`DataPath`]'s); a block that may come from the global cache or a
+    /// peer is fetched and copied in.
+    async fn fetch_into(
+        &self,
+        key: BlockKey,
+        buf: Vec<u8>,
+        prefetch: bool,
+    ) -> (Vec<u8>, std::result::Result<usize, BelowError>) {
+        let fs = self.fs.upgrade();
+        let elsewhere = matches!(self.kind, CooperativeKind::Global { .. })
+            || (self.chances().is_some() && fs.as_ref().is_some_and(|fs| fs.tier.joined()));
+        if elsewhere {
+            return parcache_driver::copied(buf, self.fetch(key).await);
+        }
+        if let Some(fs) = fs {
+            fs.hold_block(key.file, key.index).await;
+        }
+        self.data.fetch_into(key, buf, prefetch).await
+    }
+
     fn wants_evictions(&self) -> bool {
         self.chances().is_some()
     }

@@ -37,6 +37,27 @@ pub trait Below: Send + Sync + 'static {
     fn prefetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
         self.fetch(key)
     }
+    /// Reads block `key` (ahead of need if `prefetch`) into `buf`, whose
+    /// bytes are stale, and gives it back with the block's bytes at its
+    /// start and how many there are (zeros after them). The cache lends
+    /// the block's own buffer, so a level below that can read straight
+    /// into it saves a copy of every byte fetched (issue 14); by default
+    /// [`Below::fetch`] or [`Below::prefetch`], then a copy.
+    fn fetch_into(
+        &self,
+        key: BlockKey,
+        buf: Vec<u8>,
+        prefetch: bool,
+    ) -> impl Future<Output = (Vec<u8>, Result<usize, BelowError>)> + Send {
+        async move {
+            let got = if prefetch {
+                self.prefetch(key).await
+            } else {
+                self.fetch(key).await
+            };
+            copied(buf, got)
+        }
+    }
     /// Whether [`Below::evicted`] should be told of clean blocks the cache
     /// replaces (a copy per eviction; a cooperative tier wants it).
     fn wants_evictions(&self) -> bool {
@@ -45,6 +66,18 @@ pub trait Below: Send + Sync + 'static {
     /// The cache replaced clean block `key`, whose bytes were `data`. Must
     /// not block (it runs with the cache locked): spawn any I/O.
     fn evicted(&self, _key: BlockKey, _data: Bytes) {}
+}
+
+/// `buf` holding a fetch's bytes (copied), for [`Below::fetch_into`].
+pub fn copied(mut buf: Vec<u8>, got: Result<Bytes, BelowError>) -> (Vec<u8>, Result<usize, BelowError>) {
+    match got {
+        Ok(d) => {
+            buf.clear();
+            buf.extend_from_slice(&d);
+            (buf, Ok(d.len()))
+        }
+        Err(e) => (buf, Err(e)),
+    }
 }
 
 /// A shared level below is a level below.
@@ -57,6 +90,14 @@ impl<T: Below> Below for std::sync::Arc<T> {
     }
     fn prefetch(&self, key: BlockKey) -> impl Future<Output = Result<Bytes, BelowError>> + Send {
         T::prefetch(self, key)
+    }
+    fn fetch_into(
+        &self,
+        key: BlockKey,
+        buf: Vec<u8>,
+        prefetch: bool,
+    ) -> impl Future<Output = (Vec<u8>, Result<usize, BelowError>)> + Send {
+        T::fetch_into(self, key, buf, prefetch)
     }
     fn wants_evictions(&self) -> bool {
         T::wants_evictions(self)

@@ -15,7 +15,7 @@ pub mod handover;
 mod join;
 pub mod take_ahead;
 
-pub use below::{Below, BelowError};
+pub use below::{copied, Below, BelowError};
 pub use join::join_all;
 
 use bytes::Bytes;
@@ -172,6 +172,26 @@ impl State {
         let n = data.len().min(bs);
         room(v, n, bs);
         v.extend_from_slice(&data[..n]);
+    }
+
+    /// Buffer `b`'s memory, lent to a fetch that fills it anew
+    /// ([`Below::fetch_into`]): taken out of the buffer unless something
+    /// being sent still holds it (then new memory).
+    fn lend(&mut self, b: BufId) -> Vec<u8> {
+        self.keep_evicted(b);
+        Arc::get_mut(self.held(b)).map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Makes buffer `b` hold the first `n` bytes of `v` (at most a block),
+    /// the memory [`State::lend`] lent coming back.
+    fn give_back(&mut self, b: BufId, block_size: u32, mut v: Vec<u8>, n: usize) {
+        self.keep_evicted(b);
+        v.truncate(n.min(block_size as usize));
+        let slot = self.held(b);
+        match Arc::get_mut(slot) {
+            Some(mem) => *mem = v,
+            None => *slot = Arc::new(v),
+        }
     }
 
     /// Copies bytes `start..end` of buffer `b` into `out`.
@@ -782,6 +802,40 @@ impl<B: Below> Shared<B> {
             } => {
                 st.failed_fetch.remove(&key);
                 let me = Arc::clone(me);
+                if keep.ranges().is_empty() {
+                    // Nothing of the block to keep: the fetch fills its
+                    // buffer itself.
+                    let lent = st.lend(buf);
+                    let io: handover::Work = Box::pin(async move {
+                        let (mem, res) = me.below.fetch_into(key, lent, prefetch).await;
+                        let mut st = me.lock();
+                        let now = me.now();
+                        if prefetch {
+                            st.prefetching -= 1;
+                        }
+                        match res {
+                            Ok(n) => {
+                                st.give_back(buf, me.block_size, mem, n);
+                                st.cache.fetch_done(now, token);
+                            }
+                            Err(e) => {
+                                st.give_back(buf, me.block_size, mem, 0);
+                                if !prefetch {
+                                    tracing::warn!("fetching block {} of file {}: {e}", key.index, key.file);
+                                    st.failed_fetch.insert(key, e);
+                                }
+                                st.cache.fetch_failed(now, token);
+                            }
+                        }
+                        Shared::drive(&me, &mut st);
+                    });
+                    if prefetch {
+                        st.prefetches.push(io);
+                    } else {
+                        st.deferred.push(io);
+                    }
+                    return;
+                }
                 let io: handover::Work = Box::pin(async move {
                     let res = if prefetch {
                         me.below.prefetch(key).await

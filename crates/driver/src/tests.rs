@@ -701,3 +701,93 @@ async fn an_evicted_block_carries_its_own_bytes_whatever_takes_its_buffer() {
         );
     }
 }
+
+/// A level below that fills the buffer the cache lends, recording the
+/// memory it was lent (its address, 0 for none).
+struct Lending {
+    mem: Mem,
+    lent: Mutex<Vec<usize>>,
+}
+
+impl Below for Lending {
+    async fn write(&self, key: BlockKey, pieces: Vec<(u32, Bytes)>) -> Result<(), BelowError> {
+        self.mem.write(key, pieces).await
+    }
+    async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
+        self.mem.fetch(key).await
+    }
+    async fn fetch_into(
+        &self,
+        key: BlockKey,
+        mut buf: Vec<u8>,
+        _prefetch: bool,
+    ) -> (Vec<u8>, Result<usize, BelowError>) {
+        self.lent
+            .lock()
+            .push(if buf.capacity() > 0 { buf.as_ptr() as usize } else { 0 });
+        let d = match self.mem.fetch(key).await {
+            Ok(d) => d,
+            Err(e) => return (buf, Err(e)),
+        };
+        // Stale bytes past what the block has must not show.
+        buf.resize(self.mem.block_size as usize, 0xEE);
+        buf[..d.len()].copy_from_slice(&d);
+        (buf, Ok(d.len()))
+    }
+}
+
+/// A fetch fills the memory of the block it replaces, lent to the level
+/// below (the copy out of a connection's buffer saved, issue 14), unless
+/// a piece of that block is still held, whose bytes then stay as they
+/// were; a block shorter than a buffer reads as zeros past its end
+/// whatever the lent memory held.
+#[test]
+fn a_fetch_fills_the_memory_of_the_block_it_replaces() {
+    rt().block_on(async {
+        const BS: usize = 64;
+        let mem = Mem::new(BS as u32);
+        let mut file: Vec<u8> = (0..4 * BS).map(|i| (i / BS) as u8 + 1).collect();
+        file.truncate(3 * BS + 10);
+        mem.files.lock().insert(1, file.clone());
+        let below = Arc::new(Lending {
+            mem,
+            lent: Mutex::new(Vec::new()),
+        });
+        let d = Driver::new(
+            cfg(
+                2,
+                WritePolicyKind::WriteThrough,
+                ReplacementKind::Lru,
+                PrefetchKind::None,
+            ),
+            2,
+            below.clone(),
+        )
+        .unwrap();
+        let mut buf = [0u8; BS];
+        d.read(1, 0, &mut buf).await.unwrap();
+        let at0 = d.read_pieces(1, 0, BS).await.unwrap()[0].as_ptr() as usize;
+        d.read(1, BS as u64, &mut buf).await.unwrap();
+        assert_eq!(*below.lent.lock(), vec![0, 0], "new buffers lend no memory");
+        // Block 2 replaces block 0 (least recently used), in its memory.
+        d.read(1, 2 * BS as u64, &mut buf).await.unwrap();
+        assert_eq!(buf, [3u8; BS]);
+        assert_eq!(
+            *below.lent.lock().last().unwrap(),
+            at0,
+            "block 2 went into block 0's memory"
+        );
+        // Block 1 is evicted next while a piece of it is held: its memory
+        // is not lent, and the piece keeps its bytes.
+        let held = d.read_pieces(1, BS as u64, BS).await.unwrap();
+        d.read(1, 2 * BS as u64, &mut buf).await.unwrap();
+        d.read(1, 3 * BS as u64, &mut buf[..10]).await.unwrap();
+        assert_ne!(*below.lent.lock().last().unwrap(), held[0].as_ptr() as usize);
+        assert_eq!(&held[0][..], &[2u8; BS]);
+        // Block 3 has 10 bytes: the rest reads as zeros.
+        let mut whole = [9u8; BS];
+        d.read(1, 3 * BS as u64, &mut whole).await.unwrap();
+        assert_eq!(&whole[..10], &[4u8; 10]);
+        assert!(whole[10..].iter().all(|&b| b == 0), "{whole:?}");
+    });
+}

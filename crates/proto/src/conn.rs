@@ -5,7 +5,8 @@
 
 use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::buf_pool::BufPool;
-use crate::frame::{encode, encode_head, read_frame_pooled, FrameError};
+use crate::frame::{encode, encode_head, read_frame_landing, read_frame_pooled, FrameError};
+use crate::landing::Landing;
 use crate::msg::{ErrorCode, Request, Response};
 use crate::outbox::{Frame, Outbox};
 use crate::transport::{self, Stream};
@@ -60,7 +61,7 @@ struct Inner {
     addr: String,
     /// Frames to send: the encoded head, and a payload sent after it uncopied.
     out: Outbox,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    pending: Mutex<HashMap<u64, Waiting>>,
     next: AtomicU64,
     closed: AtomicBool,
     reason: Mutex<String>,
@@ -68,13 +69,20 @@ struct Inner {
     local: bool,
 }
 
+/// A request sent and not yet answered.
+struct Waiting {
+    reply: oneshot::Sender<Reply>,
+    /// Where its answer's payload may land ([`Landing`]).
+    landing: Option<Landing>,
+}
+
 impl Inner {
     fn fail_all(&self, reason: String) {
         *self.reason.lock() = reason.clone();
         self.closed.store(true, Ordering::SeqCst);
         let pending: Vec<_> = self.pending.lock().drain().collect();
-        for (_, tx) in pending {
-            let _ = tx.send(Err(ConnError::Closed {
+        for (_, w) in pending {
+            let _ = w.reply.send(Err(ConnError::Closed {
                 addr: self.addr.clone(),
                 reason: reason.clone(),
             }));
@@ -167,11 +175,12 @@ impl Client {
             // Replies' payloads (blocks read) come in buffers used again.
             let pool = Arc::new(BufPool::default());
             loop {
-                match read_frame_pooled::<Response, _>(&mut r, Some(&pool)).await {
+                let landing = |id| reader.pending.lock().get(&id).and_then(|w| w.landing.clone());
+                match read_frame_landing::<Response, _>(&mut r, Some(&pool), landing).await {
                     Ok(f) => {
-                        let tx = reader.pending.lock().remove(&f.id);
-                        if let Some(tx) = tx {
-                            let _ = tx.send(Ok((f.msg, f.data)));
+                        let w = reader.pending.lock().remove(&f.id);
+                        if let Some(w) = w {
+                            let _ = w.reply.send(Ok((f.msg, f.data)));
                         }
                     }
                     Err(e) => {
@@ -208,6 +217,17 @@ impl Client {
     /// [`Client::call`] with a payload borrowed (copied into the frame) or
     /// shared (a large one written after the frame's head, uncopied).
     pub async fn call_with(&self, req: &Request, data: Payload<'_>) -> Reply {
+        self.send(req, data, None).await
+    }
+
+    /// [`Client::call`] without a payload, whose answer's payload lands in
+    /// the buffers `landing` lends where it fits (the reply's own payload
+    /// is then empty); [`Landing::finish`] says how much did.
+    pub async fn call_landing(&self, req: &Request, landing: &Landing) -> Reply {
+        self.send(req, Payload::Slice(&[]), Some(landing.clone())).await
+    }
+
+    async fn send(&self, req: &Request, data: Payload<'_>, landing: Option<Landing>) -> Reply {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let too_large = |e: FrameError| ConnError::TooLarge(e.to_string());
         let frame: Frame = match data {
@@ -222,7 +242,7 @@ impl Client {
             }
         };
         let (tx, rx) = oneshot::channel();
-        self.inner.pending.lock().insert(id, tx);
+        self.inner.pending.lock().insert(id, Waiting { reply: tx, landing });
         let closed = || ConnError::Closed {
             addr: self.inner.addr.clone(),
             reason: self.inner.reason.lock().clone(),

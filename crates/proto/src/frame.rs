@@ -13,6 +13,7 @@
 //! is `Truncated`.
 
 use crate::buf_pool::{BufPool, POOLED_MIN};
+use crate::landing::Landing;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};
 use std::sync::Arc;
@@ -122,6 +123,17 @@ pub async fn read_frame_pooled<M: DeserializeOwned, R: AsyncRead + Unpin>(
     r: &mut R,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<Frame<M>, FrameError> {
+    read_frame_landing(r, pool, |_| None).await
+}
+
+/// As [`read_frame_pooled`], a large payload landing instead in the buffers
+/// `landing(id)` lends for request `id`, where it fits ([`Landing`]): the
+/// frame's `data` is then empty and the landing says how much came.
+pub async fn read_frame_landing<M: DeserializeOwned, R: AsyncRead + Unpin>(
+    r: &mut R,
+    pool: Option<&Arc<BufPool>>,
+    landing: impl FnOnce(u64) -> Option<Landing>,
+) -> Result<Frame<M>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -133,7 +145,7 @@ pub async fn read_frame_pooled<M: DeserializeOwned, R: AsyncRead + Unpin>(
         return Err(FrameError::TooLarge(len));
     }
     if let Some(pool) = pool.filter(|_| len >= POOLED_MIN) {
-        return read_aligned(r, pool, len).await;
+        return read_aligned(r, pool, len, landing).await;
     }
     // Read into the buffer's spare capacity: no zeroing of bytes about to
     // be overwritten.
@@ -160,6 +172,7 @@ async fn read_aligned<M: DeserializeOwned, R: AsyncRead + Unpin>(
     r: &mut R,
     pool: &Arc<BufPool>,
     len: usize,
+    landing: impl FnOnce(u64) -> Option<Landing>,
 ) -> Result<Frame<M>, FrameError> {
     let truncated = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -178,6 +191,25 @@ async fn read_aligned<M: DeserializeOwned, R: AsyncRead + Unpin>(
     let rest = len - head.len();
     if hlen > rest {
         return Err(FrameError::Short(len));
+    }
+    if let Some(l) = landing(id) {
+        if let Some(mut bufs) = l.take_for(rest - hlen) {
+            let mut header = vec![0u8; hlen];
+            r.read_exact(&mut header).await.map_err(truncated)?;
+            let msg = message(id, &header)?;
+            let mut left = rest - hlen;
+            for b in &mut bufs {
+                let n = left.min(b.len());
+                r.read_exact(&mut b[..n]).await.map_err(truncated)?;
+                left -= n;
+            }
+            l.landed(bufs, rest - hlen);
+            return Ok(Frame {
+                id,
+                msg,
+                data: Bytes::new(),
+            });
+        }
     }
     let mut buf = pool.take(rest + PAYLOAD_ALIGN);
     // The header ends, and the payload starts, on the boundary.

@@ -4,7 +4,7 @@
 //! Parts: [`frame`] (length-prefixed frames whose file data travels as raw
 //! payload), [`msg`] (requests and replies), [`auth`] (mutual
 //! challenge–response on the cluster secret, which never crosses the wire)
-//! [`buf_pool`] (large payloads' buffers, used again), and [`conn`] (a multiplexed client and a concurrent server loop, over
+//! [`buf_pool`] (large payloads' buffers, used again), [`landing`] (a caller's buffers a reply's payload is read into), and [`conn`] (a multiplexed client and a concurrent server loop, over
 //! TCP, or a Unix socket to a server on this machine's loopback).
 //! Guarantees: a malformed, oversized or truncated frame yields an error
 //! reply or a closed connection, never a panic or a hang; no request is
@@ -14,6 +14,7 @@ pub mod auth;
 pub mod buf_pool;
 pub mod conn;
 pub mod frame;
+pub mod landing;
 pub mod msg;
 mod outbox;
 mod transport;
@@ -21,6 +22,7 @@ mod transport;
 pub use auth::{random_u64, Secret};
 pub use buf_pool::BufPool;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
+pub use landing::Landing;
 pub use msg::{
     never_changed, show_name, Attr, Behind, Callback, ChunkHash, DirEntry, EntryPlus, ErrorCode, ErrorReply, FileKind,
     Handle, Layout, Name, NodeInfo, NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, HANDLES_MOST,

@@ -222,3 +222,116 @@ async fn a_squatter_on_the_local_name_is_passed_by_over_tcp() {
     assert_eq!(resp, Response::Written { len: 4 });
     let _ = stop.send(true);
 }
+
+/// Answers a read of `len` bytes of `handle` with bytes made from both.
+struct Pattern;
+
+fn pattern(handle: u64, len: u64) -> Vec<u8> {
+    (0..len).map(|k| (k * 7 + handle * 13) as u8).collect()
+}
+
+impl Handler for Pattern {
+    async fn handle(&self, req: Request, _data: Bytes) -> (Response, Bytes) {
+        match req {
+            Request::Read { handle, len, .. } => {
+                tokio::time::sleep(Duration::from_micros(handle % 300)).await;
+                (Response::Data { len }, pattern(handle, len).into())
+            }
+            _ => (Response::Ok, Bytes::new()),
+        }
+    }
+}
+
+/// Answers' payloads land in the buffers their requests lend, while many
+/// are in flight beside requests that lend none: a large payload that
+/// fits lands (the reply's own payload empty) whole and in order across
+/// the buffers; a small one, or one larger than the buffers, comes as the
+/// reply's payload and leaves the buffers untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_land_in_the_buffers_lent_for_them() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let secret = Secret::generate();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(l, secret.clone(), Arc::new(Pattern), rx));
+    let c = Client::connect(&addr, &secret).await.unwrap();
+    const B: usize = 64 << 10;
+    let calls = (0..300u64).map(|i| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            // Sizes from 4 KiB to 4 blocks and a half; buffers of 1–4 blocks.
+            let len = [4 << 10, B, 3 * B, 4 * B, 4 * B + B / 2, 100_000][(i % 6) as usize] as u64;
+            let req = Request::Read {
+                handle: i,
+                offset: 0,
+                len,
+                need: 0,
+            };
+            let want = pattern(i, len);
+            if i % 4 == 3 {
+                let (_, d) = c.call(&req, &[]).await.unwrap();
+                assert_eq!(&d[..], &want[..]);
+                return;
+            }
+            let lent = 1 + (i % 4) as usize;
+            let landing = parcache_proto::Landing::new(vec![vec![0xEE; B]; lent]);
+            let (r, d) = c.call_landing(&req, &landing).await.unwrap();
+            assert_eq!(r, Response::Data { len });
+            let (bufs, landed) = landing.finish();
+            assert_eq!(bufs.len(), lent, "the buffers come back");
+            let fits = len as usize <= lent * B && len >= 32 << 10;
+            if fits {
+                assert_eq!(landed, Some(len as usize), "read {i} of {len} bytes should land");
+                assert!(d.is_empty());
+                let got: Vec<u8> = bufs.concat();
+                assert_eq!(&got[..len as usize], &want[..], "read {i}: the landed bytes");
+                assert!(
+                    got[len as usize..].iter().all(|&b| b == 0xEE),
+                    "past the payload: untouched"
+                );
+            } else {
+                assert_eq!(landed, None, "read {i} of {len} bytes should not land");
+                assert_eq!(&d[..], &want[..]);
+                assert!(bufs.iter().all(|b| b.iter().all(|&x| x == 0xEE)));
+            }
+        })
+    });
+    for t in calls {
+        t.await.unwrap();
+    }
+    let _ = stop.send(true);
+}
+
+/// A connection lost in the middle of a payload that was landing fails
+/// the request, and the lent buffers go with it (the caller finds none,
+/// rather than buffers half filled as if whole).
+#[tokio::test]
+async fn a_payload_cut_short_fails_and_keeps_no_buffer() {
+    use parcache_proto::auth::server_handshake;
+    use parcache_proto::frame::{encode_head, read_frame};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let secret = Secret::generate();
+    let s2 = secret.clone();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        server_handshake(&mut s, &s2).await.unwrap();
+        let f = read_frame::<Request, _>(&mut s).await.unwrap();
+        let head = encode_head(f.id, &Response::Data { len: 100_000 }, 100_000, 0).unwrap();
+        s.write_all(&head).await.unwrap();
+        s.write_all(&[5u8; 10_000]).await.unwrap();
+        s.flush().await.unwrap();
+    });
+    let c = Client::connect(&addr, &secret).await.unwrap();
+    let landing = parcache_proto::Landing::new(vec![vec![0u8; 64 << 10]; 2]);
+    let req = Request::Read {
+        handle: 1,
+        offset: 0,
+        len: 100_000,
+        need: 0,
+    };
+    let r = c.call_landing(&req, &landing).await;
+    assert!(r.is_err(), "a cut payload is an error: {r:?}");
+    assert_eq!(landing.finish(), (Vec::new(), None));
+    server.await.unwrap();
+}
