@@ -5,6 +5,7 @@ use parcache_client::Fs;
 use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common;
@@ -967,4 +968,50 @@ fn down_stops_a_cluster_whose_directory_was_removed_under_it() {
     assert!(!ok && err.contains("no cluster here"), "{err}");
     // Its Drop's `down` fails, and finds no pids to kill (cluster.json gone).
     std::mem::forget(c);
+}
+
+/// A data server killed while a cold read's blocks land in a node cache's
+/// own buffers (read from the socket straight into them): the read goes
+/// on over a new connection once the server is back, and returns the file
+/// as written, never a buffer left half filled by the lost connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_server_killed_during_a_cold_read_leaves_no_wrong_byte() {
+    const MIB: usize = 1 << 20;
+    let c = Cluster::up("landing", 4);
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(21);
+    let model: Arc<Vec<u8>> = Arc::new((0..16 * MIB).map(|_| rng.gen()).collect());
+    let fs = c.fs().await;
+    let a = fs.create("/big", 0o644, true).await.unwrap();
+    fs.write_at(&a, 0, &model).await.unwrap();
+    fs.fsync(&a).await.unwrap();
+    for round in 0..5 {
+        // A new node: its cache is cold, every block comes from the servers.
+        let reader = c.fs().await;
+        let a = reader.resolve("/big").await.unwrap();
+        let read = tokio::spawn(async move {
+            let mut out = vec![0u8; 16 * MIB];
+            for (k, piece) in out.chunks_mut(MIB).enumerate() {
+                let n = reader.read_into(&a, (k * MIB) as u64, piece).await?;
+                assert_eq!(n, MIB);
+            }
+            anyhow::Ok(out)
+        });
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..30))).await;
+        let iods = c.pids();
+        c.kill9(iods[rng.gen_range(0..iods.len() - 1)]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (ok, _, err) = tokio::task::block_in_place(|| parcache(&["up", "--data", c.d()]));
+        assert!(ok, "round {round}: parcache up: {err}");
+        let got = read
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the read failed: {e:#}"));
+        if got != *model {
+            let bad = got.iter().zip(model.iter()).position(|(a, b)| a != b).unwrap();
+            panic!(
+                "round {round}: wrong bytes from offset {bad} (block {})",
+                bad / (64 << 10)
+            );
+        }
+    }
 }

@@ -26,6 +26,7 @@ use crate::server_queue::ServerQueue;
 use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_driver::join_all;
+use parcache_proto::buf_pool::POOLED_MIN;
 use parcache_proto::{Landing, Request, Response};
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -143,8 +144,14 @@ impl ReadQueue {
     /// of several that fails is tried again fetch by fetch, so that a
     /// failure (a part shorter than it must be) fails only its own.
     async fn send(&self, mut run: Vec<Fetch>) {
-        // Every fetch lends a buffer: the answer lands in them, in order.
-        let landing = run.iter().all(|f| f.into.is_some()).then(|| {
+        // Every fetch lends a buffer and the answer is large enough to be
+        // read on its own: it lands in them, in order. (A smaller one is
+        // copied: a buffer made whole for it would take a block's pages
+        // for a small file's few.)
+        let need = run.iter().map(|f| f.need).max().unwrap_or(0);
+        let expect = need.saturating_sub(run[0].offset);
+        let lends = expect >= POOLED_MIN as u64 && run.iter().all(|f| f.into.is_some());
+        let landing = lends.then(|| {
             Landing::new(
                 run.iter_mut()
                     .map(|f| {
@@ -158,7 +165,6 @@ impl ReadQueue {
         let first = &run[0];
         let (handle, offset) = (first.handle, first.offset);
         let len: u64 = run.iter().map(|f| f.len).sum();
-        let need = run.iter().map(|f| f.need).max().unwrap_or(0);
         let req = Request::Read {
             handle,
             offset,
@@ -179,9 +185,11 @@ impl ReadQueue {
         };
         match r {
             Ok(d) => {
-                for f in run {
+                for mut f in run {
                     let from = (f.offset - offset) as usize;
-                    let piece = match (landed, lent.next()) {
+                    // Its buffer: lent to the answer, or not lent at all.
+                    let own = f.into.take().or_else(|| lent.next());
+                    let piece = match (landed, own) {
                         (Some(n), Some(mut b)) => {
                             b.truncate(n.saturating_sub(from).min(f.len as usize));
                             Piece::Landed(b)
