@@ -802,78 +802,53 @@ impl<B: Below> Shared<B> {
             } => {
                 st.failed_fetch.remove(&key);
                 let me = Arc::clone(me);
-                if keep.ranges().is_empty() {
-                    // Nothing of the block to keep: the fetch fills its
-                    // buffer itself.
-                    let lent = st.lend(buf);
-                    let io: handover::Work = Box::pin(async move {
-                        let (mem, res) = me.below.fetch_into(key, lent, prefetch).await;
-                        let mut st = me.lock();
-                        let now = me.now();
-                        if prefetch {
-                            st.prefetching -= 1;
-                        }
-                        match res {
-                            Ok(n) => {
-                                st.give_back(buf, me.block_size, mem, n);
-                                st.cache.fetch_done(now, token);
-                            }
-                            Err(e) => {
-                                st.give_back(buf, me.block_size, mem, 0);
-                                if !prefetch {
-                                    tracing::warn!("fetching block {} of file {}: {e}", key.index, key.file);
-                                    st.failed_fetch.insert(key, e);
-                                }
-                                st.cache.fetch_failed(now, token);
-                            }
-                        }
-                        Shared::drive(&me, &mut st);
-                    });
-                    if prefetch {
-                        st.prefetches.push(io);
-                    } else {
-                        st.deferred.push(io);
-                    }
-                    return;
-                }
+                // Nothing of the block to keep: the fetch fills the
+                // buffer's own memory ([`Below::fetch_into`]).
+                let lent = keep.ranges().is_empty().then(|| st.lend(buf));
                 let io: handover::Work = Box::pin(async move {
-                    let res = if prefetch {
-                        me.below.prefetch(key).await
-                    } else {
-                        me.below.fetch(key).await
+                    let (mem, res) = match lent {
+                        Some(lent) => {
+                            let (mem, res) = me.below.fetch_into(key, lent, prefetch).await;
+                            (Some(mem), res.map(Fetched::Into))
+                        }
+                        None if prefetch => (None, me.below.prefetch(key).await.map(Fetched::Bytes)),
+                        None => (None, me.below.fetch(key).await.map(Fetched::Bytes)),
                     };
                     let mut st = me.lock();
                     let now = me.now();
+                    let bs = me.block_size;
                     if prefetch {
                         st.prefetching -= 1;
                     }
                     match res {
-                        Ok(data) => {
-                            let bs = me.block_size;
-                            if keep.ranges().is_empty() {
-                                st.replace(buf, bs, &data);
-                            } else {
-                                // Fill every byte the buffer does not already
-                                // hold, up to the end of the fetched bytes or of
-                                // the kept ones; past it the block is zeros.
-                                let kept = keep.ranges().iter().map(|r| r.end).max().unwrap_or(0);
-                                let end = (data.len().min(bs as usize) as u32).max(kept);
-                                let mem = st.mem(buf, bs, end);
-                                mem.truncate(end as usize);
-                                let mut pos = 0u32;
-                                let holes = keep
-                                    .ranges()
-                                    .iter()
-                                    .map(|r| (r.start, r.end))
-                                    .chain(std::iter::once((end, end)));
-                                for (a, b) in holes {
-                                    fill(&mut mem[pos as usize..a as usize], &data, pos as usize);
-                                    pos = b;
-                                }
+                        Ok(Fetched::Into(n)) => {
+                            st.give_back(buf, bs, mem.unwrap_or_default(), n);
+                            st.cache.fetch_done(now, token);
+                        }
+                        Ok(Fetched::Bytes(data)) => {
+                            // Fill every byte the buffer does not already
+                            // hold, up to the end of the fetched bytes or of
+                            // the kept ones; past it the block is zeros.
+                            let kept = keep.ranges().iter().map(|r| r.end).max().unwrap_or(0);
+                            let end = (data.len().min(bs as usize) as u32).max(kept);
+                            let mem = st.mem(buf, bs, end);
+                            mem.truncate(end as usize);
+                            let mut pos = 0u32;
+                            let holes = keep
+                                .ranges()
+                                .iter()
+                                .map(|r| (r.start, r.end))
+                                .chain(std::iter::once((end, end)));
+                            for (a, b) in holes {
+                                fill(&mut mem[pos as usize..a as usize], &data, pos as usize);
+                                pos = b;
                             }
                             st.cache.fetch_done(now, token);
                         }
                         Err(e) => {
+                            if let Some(mem) = mem {
+                                st.give_back(buf, bs, mem, 0);
+                            }
                             if !prefetch {
                                 tracing::warn!("fetching block {} of file {}: {e}", key.index, key.file);
                                 st.failed_fetch.insert(key, e);
@@ -893,6 +868,13 @@ impl<B: Below> Shared<B> {
             }
         }
     }
+}
+
+/// What a fetch brought: the block's length in the memory it was lent, or
+/// its bytes (to merge with the bytes of it the cache keeps).
+enum Fetched {
+    Into(usize),
+    Bytes(Bytes),
 }
 
 /// The cache's state, locked. Effects' I/O decided meanwhile starts when

@@ -647,6 +647,21 @@ impl Below for Forwarding {
     }
 }
 
+/// A write-through driver of two LRU buffers of 64 bytes over `below`.
+fn two_write_through<B: Below>(below: Arc<B>) -> Driver<Arc<B>> {
+    Driver::new(
+        cfg(
+            2,
+            WritePolicyKind::WriteThrough,
+            ReplacementKind::Lru,
+            PrefetchKind::None,
+        ),
+        2,
+        below,
+    )
+    .unwrap()
+}
+
 /// An evicted block goes out with its own bytes, whatever takes its
 /// buffer next: a forwarded copy taken in, a clean block placed, a
 /// write, a fetch. (The buffer's new bytes went out under the old key:
@@ -663,17 +678,7 @@ async fn an_evicted_block_carries_its_own_bytes_whatever_takes_its_buffer() {
         mem,
         evicted: Mutex::new(Vec::new()),
     });
-    let d = Driver::new(
-        cfg(
-            2,
-            WritePolicyKind::WriteThrough,
-            ReplacementKind::Lru,
-            PrefetchKind::None,
-        ),
-        2,
-        below.clone(),
-    )
-    .unwrap();
+    let d = two_write_through(below.clone());
     let mut buf = [0u8; BS];
     // Blocks 0 and 1 fetched; each later step evicts the oldest.
     d.read(1, 0, &mut buf).await.unwrap();
@@ -753,17 +758,7 @@ fn a_fetch_fills_the_memory_of_the_block_it_replaces() {
             mem,
             lent: Mutex::new(Vec::new()),
         });
-        let d = Driver::new(
-            cfg(
-                2,
-                WritePolicyKind::WriteThrough,
-                ReplacementKind::Lru,
-                PrefetchKind::None,
-            ),
-            2,
-            below.clone(),
-        )
-        .unwrap();
+        let d = two_write_through(below.clone());
         let mut buf = [0u8; BS];
         d.read(1, 0, &mut buf).await.unwrap();
         let at0 = d.read_pieces(1, 0, BS).await.unwrap()[0].as_ptr() as usize;
