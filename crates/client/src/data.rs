@@ -791,9 +791,9 @@ impl Below for DataPath {
     async fn fetch_into(
         &self,
         key: BlockKey,
-        buf: Vec<u8>,
+        buf: parcache_proto::Block,
         _prefetch: bool,
-    ) -> (Vec<u8>, std::result::Result<usize, BelowError>) {
+    ) -> (parcache_proto::Block, std::result::Result<usize, BelowError>) {
         let bs = self.block_size as u64;
         let queued = (!self.maybe_on_metadata(key.file))
             .then(|| self.known(key.file).ok())
@@ -819,7 +819,7 @@ impl Below for DataPath {
                 d.truncate(len as usize);
                 copied(lent.unwrap_or_default(), Ok(d))
             }
-            Err(e) => (Vec::new(), Err(below_err(e))),
+            Err(e) => (parcache_proto::Block::new(), Err(below_err(e))),
         }
     }
 }

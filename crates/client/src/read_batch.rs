@@ -27,7 +27,7 @@ use crate::{FsError, Result};
 use bytes::Bytes;
 use parcache_driver::join_all;
 use parcache_proto::buf_pool::POOLED_MIN;
-use parcache_proto::{Landing, Request, Response};
+use parcache_proto::{Block, Landing, Request, Response};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -60,15 +60,15 @@ struct Fetch {
     /// The part must hold at least this much (`Request::Read`).
     need: u64,
     /// The buffer the bytes are to end in, lent by the fetch.
-    into: Option<Vec<u8>>,
+    into: Option<Block>,
     done: oneshot::Sender<Result<Piece>>,
 }
 
 /// A fetch's bytes: landed in the buffer it lent, or in the answer's own
 /// (with the lent buffer back, if it was not lost with a connection).
 pub(crate) enum Piece {
-    Landed(Vec<u8>),
-    Shared(Bytes, Option<Vec<u8>>),
+    Landed(Block),
+    Shared(Bytes, Option<Block>),
 }
 
 impl ReadQueue {
@@ -90,7 +90,7 @@ impl ReadQueue {
         offset: u64,
         len: u64,
         need: u64,
-        into: Option<Vec<u8>>,
+        into: Option<Block>,
     ) -> Result<Piece> {
         let (done, rx) = oneshot::channel();
         let fetch = Fetch {
@@ -156,7 +156,7 @@ impl ReadQueue {
                 run.iter_mut()
                     .map(|f| {
                         let mut b = f.into.take().unwrap_or_default();
-                        b.resize(f.len as usize, 0);
+                        b.stale(f.len as usize);
                         b
                     })
                     .collect(),

@@ -671,9 +671,9 @@ impl Below for NodeBelow {
     async fn fetch_into(
         &self,
         key: BlockKey,
-        buf: Vec<u8>,
+        buf: parcache_proto::Block,
         prefetch: bool,
-    ) -> (Vec<u8>, std::result::Result<usize, BelowError>) {
+    ) -> (parcache_proto::Block, std::result::Result<usize, BelowError>) {
         let fs = self.fs.upgrade();
         let elsewhere = matches!(self.kind, CooperativeKind::Global { .. })
             || (self.chances().is_some() && fs.as_ref().is_some_and(|fs| fs.tier.joined()));

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use parcache_core::BlockKey;
+use parcache_mem::Block;
 use std::future::Future;
 use thiserror::Error;
 
@@ -40,15 +41,16 @@ pub trait Below: Send + Sync + 'static {
     /// Reads block `key` (ahead of need if `prefetch`) into `buf`, whose
     /// bytes are stale, and gives it back with the block's bytes at its
     /// start and how many there are (zeros after them). The cache lends
-    /// the block's own buffer, so a level below that can read straight
-    /// into it saves a copy of every byte fetched (issue 14); by default
+    /// the block's own buffer (pages on page boundaries: a direct read
+    /// may fill it), so a level below that can read straight into it
+    /// saves a copy of every byte fetched (issue 14); by default
     /// [`Below::fetch`] or [`Below::prefetch`], then a copy.
     fn fetch_into(
         &self,
         key: BlockKey,
-        buf: Vec<u8>,
+        buf: Block,
         prefetch: bool,
-    ) -> impl Future<Output = (Vec<u8>, Result<usize, BelowError>)> + Send {
+    ) -> impl Future<Output = (Block, Result<usize, BelowError>)> + Send {
         async move {
             let got = if prefetch {
                 self.prefetch(key).await
@@ -69,7 +71,7 @@ pub trait Below: Send + Sync + 'static {
 }
 
 /// `buf` holding a fetch's bytes (copied), for [`Below::fetch_into`].
-pub fn copied(mut buf: Vec<u8>, got: Result<Bytes, BelowError>) -> (Vec<u8>, Result<usize, BelowError>) {
+pub fn copied(mut buf: Block, got: Result<Bytes, BelowError>) -> (Block, Result<usize, BelowError>) {
     match got {
         Ok(d) => {
             buf.clear();
@@ -94,9 +96,9 @@ impl<T: Below> Below for std::sync::Arc<T> {
     fn fetch_into(
         &self,
         key: BlockKey,
-        buf: Vec<u8>,
+        buf: Block,
         prefetch: bool,
-    ) -> impl Future<Output = (Vec<u8>, Result<usize, BelowError>)> + Send {
+    ) -> impl Future<Output = (Block, Result<usize, BelowError>)> + Send {
         T::fetch_into(self, key, buf, prefetch)
     }
     fn wants_evictions(&self) -> bool {

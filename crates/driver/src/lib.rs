@@ -23,6 +23,7 @@ use parcache_core::{
     split_blocks, Access, AccessError, Begin, BlockKey, BufId, ByteRange, Cache, CacheConfig, CacheStats, Effect,
     FileId, PolicyError, Time, WritePolicyKind,
 };
+pub use parcache_mem::Block;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::pin::pin;
@@ -69,11 +70,11 @@ struct State {
     /// an answer, a write-back or an eviction can send a block's bytes
     /// without copying them; a change to a block still being sent copies
     /// it first.
-    mem: Vec<Option<Arc<Vec<u8>>>>,
+    mem: Vec<Option<Arc<Block>>>,
     /// Bytes of evicted blocks (by buffer and block) kept when their
     /// buffer was filled anew before the eviction was carried out
     /// ([`Cache::evictions_of`]).
-    evicting: HashMap<(usize, BlockKey), Arc<Vec<u8>>>,
+    evicting: HashMap<(usize, BlockKey), Arc<Block>>,
     /// Blocks whose last fetch failed, with why (told to its waiters).
     failed_fetch: HashMap<BlockKey, BelowError>,
     /// Files whose dirty data failed to go down, with why (told to the next
@@ -99,7 +100,7 @@ impl State {
     /// or two it needs, not the whole block: a fresh 64 KiB buffer's
     /// allocation and page faults were a sixth of a data server's work on
     /// a new 4 KiB file (issue 14).
-    fn held(&mut self, b: BufId) -> &mut Arc<Vec<u8>> {
+    fn held(&mut self, b: BufId) -> &mut Arc<Block> {
         self.mem[b.index()].get_or_insert_with(Default::default)
     }
 
@@ -119,18 +120,18 @@ impl State {
 
     /// Buffer `b`'s bytes, to change: copied first where something being
     /// sent still holds them.
-    fn unique(&mut self, b: BufId) -> &mut Vec<u8> {
+    fn unique(&mut self, b: BufId) -> &mut Block {
         self.keep_evicted(b);
         let slot = self.held(b);
         if Arc::get_mut(slot).is_none() {
-            *slot = Arc::new(slot.to_vec());
+            *slot = Arc::new(Block::from_slice(slot));
         }
         Arc::get_mut(slot).expect("just made unique")
     }
 
     /// Buffer `b`'s bytes, emptied, to fill anew (a buffer being sent is
     /// left to its sender).
-    fn emptied(&mut self, b: BufId) -> &mut Vec<u8> {
+    fn emptied(&mut self, b: BufId) -> &mut Block {
         self.keep_evicted(b);
         let slot = self.held(b);
         if Arc::get_mut(slot).is_none() {
@@ -142,11 +143,11 @@ impl State {
     }
 
     /// Buffer `b`'s bytes, at least `..end` of them, to change.
-    fn mem(&mut self, b: BufId, block_size: u32, end: u32) -> &mut Vec<u8> {
+    fn mem(&mut self, b: BufId, block_size: u32, end: u32) -> &mut Block {
         let v = self.unique(b);
         room(v, end as usize, block_size as usize);
         if v.len() < end as usize {
-            v.resize(end as usize, 0);
+            v.resize_zeroed(end as usize);
         }
         v
     }
@@ -158,7 +159,7 @@ impl State {
         let v = self.unique(b);
         room(v, at + src.len(), block_size as usize);
         if v.len() < at {
-            v.resize(at, 0);
+            v.resize_zeroed(at);
         }
         let inside = (v.len() - at).min(src.len());
         v[at..at + inside].copy_from_slice(&src[..inside]);
@@ -177,14 +178,14 @@ impl State {
     /// Buffer `b`'s memory, lent to a fetch that fills it anew
     /// ([`Below::fetch_into`]): taken out of the buffer unless something
     /// being sent still holds it (then new memory).
-    fn lend(&mut self, b: BufId) -> Vec<u8> {
+    fn lend(&mut self, b: BufId) -> Block {
         self.keep_evicted(b);
         Arc::get_mut(self.held(b)).map(std::mem::take).unwrap_or_default()
     }
 
     /// Makes buffer `b` hold the first `n` bytes of `v` (at most a block),
     /// the memory [`State::lend`] lent coming back.
-    fn give_back(&mut self, b: BufId, block_size: u32, mut v: Vec<u8>, n: usize) {
+    fn give_back(&mut self, b: BufId, block_size: u32, mut v: Block, n: usize) {
         self.keep_evicted(b);
         v.truncate(n.min(block_size as usize));
         let slot = self.held(b);
@@ -220,19 +221,19 @@ impl State {
 const PAGE: usize = 4096;
 
 /// Makes room in `v` for `end` bytes.
-fn room(v: &mut Vec<u8>, end: usize, block_size: usize) {
+fn room(v: &mut Block, end: usize, block_size: usize) {
     if v.capacity() < end {
         let cap = if v.is_empty() {
             end.next_multiple_of(PAGE).min(block_size)
         } else {
             block_size
         };
-        v.reserve_exact(cap.max(end) - v.len());
+        v.reserve_total(cap.max(end));
     }
 }
 
 /// A buffer's bytes held by what is sending them.
-struct Held(Arc<Vec<u8>>);
+struct Held(Arc<Block>);
 
 impl AsRef<[u8]> for Held {
     fn as_ref(&self) -> &[u8] {
@@ -627,17 +628,9 @@ impl<B: Below> Driver<B> {
                 .take(most)
                 .count()
         };
-        let mut fresh: Vec<Vec<u8>> = (0..empty)
-            .map(|_| {
-                // Every page written now (a zeroed allocation may be
-                // untouched pages); emptied, so the buffer holds no
-                // bytes yet, only their room.
-                let mut v = vec![0u8; bs];
-                v.iter_mut().step_by(PAGE).for_each(|b| *b = std::hint::black_box(0));
-                v.clear();
-                v
-            })
-            .collect();
+        // Every page written now (a zeroed allocation may be untouched
+        // pages); the buffer holds no bytes yet, only their room.
+        let mut fresh: Vec<Block> = (0..empty).map(|_| Block::with_pages_touched(bs)).collect();
         let mut taken = 0;
         let mut st = sh.state.lock();
         let from = st.memory_from;

@@ -721,12 +721,7 @@ impl Below for Lending {
     async fn fetch(&self, key: BlockKey) -> Result<Bytes, BelowError> {
         self.mem.fetch(key).await
     }
-    async fn fetch_into(
-        &self,
-        key: BlockKey,
-        mut buf: Vec<u8>,
-        _prefetch: bool,
-    ) -> (Vec<u8>, Result<usize, BelowError>) {
+    async fn fetch_into(&self, key: BlockKey, mut buf: Block, _prefetch: bool) -> (Block, Result<usize, BelowError>) {
         self.lent
             .lock()
             .push(if buf.capacity() > 0 { buf.as_ptr() as usize } else { 0 });
@@ -735,7 +730,7 @@ impl Below for Lending {
             Err(e) => return (buf, Err(e)),
         };
         // Stale bytes past what the block has must not show.
-        buf.resize(self.mem.block_size as usize, 0xEE);
+        buf.stale(self.mem.block_size as usize).fill(0xEE);
         buf[..d.len()].copy_from_slice(&d);
         (buf, Ok(d.len()))
     }

@@ -9,6 +9,7 @@
 //! its own ([`crate::buf_pool::POOLED_MIN`]) and no larger than the
 //! buffers lands; any other comes as usual and the caller copies it.
 
+use parcache_mem::Block;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ pub struct Landing(Arc<Mutex<Lent>>);
 struct Lent {
     /// `None` while a reader fills them (and for good if its connection
     /// fails meanwhile: they go with it).
-    bufs: Option<Vec<Vec<u8>>>,
+    bufs: Option<Vec<Block>>,
     /// Bytes of the payload that landed, once one did.
     landed: Option<usize>,
 }
@@ -30,7 +31,7 @@ struct Lent {
 impl Landing {
     /// Lends `bufs`, each as long as the bytes it is to take (their bytes
     /// are stale: a payload overwrites as many as it has).
-    pub fn new(bufs: Vec<Vec<u8>>) -> Landing {
+    pub fn new(bufs: Vec<Block>) -> Landing {
         Landing(Arc::new(Mutex::new(Lent {
             bufs: Some(bufs),
             landed: None,
@@ -40,16 +41,16 @@ impl Landing {
     /// The buffers back, and how many bytes of the payload landed in them
     /// (`None`: it came as the reply's own payload, or nothing came). The
     /// buffers are gone if the connection failed while filling them.
-    pub fn finish(&self) -> (Vec<Vec<u8>>, Option<usize>) {
+    pub fn finish(&self) -> (Vec<Block>, Option<usize>) {
         let mut l = self.0.lock();
         (l.bufs.take().unwrap_or_default(), l.landed.take())
     }
 
     /// The buffers to fill with a payload of `len` bytes, if they are here
     /// and hold that much.
-    pub(crate) fn take_for(&self, len: usize) -> Option<Vec<Vec<u8>>> {
+    pub(crate) fn take_for(&self, len: usize) -> Option<Vec<Block>> {
         let mut l = self.0.lock();
-        let room: usize = l.bufs.as_ref()?.iter().map(Vec::len).sum();
+        let room: usize = l.bufs.as_ref()?.iter().map(|b| b.len()).sum();
         if len > room {
             return None;
         }
@@ -58,7 +59,7 @@ impl Landing {
     }
 
     /// Gives back the buffers, `len` bytes of the payload in them.
-    pub(crate) fn landed(&self, bufs: Vec<Vec<u8>>, len: usize) {
+    pub(crate) fn landed(&self, bufs: Vec<Block>, len: usize) {
         let mut l = self.0.lock();
         l.bufs = Some(bufs);
         l.landed = Some(len);
@@ -74,7 +75,7 @@ mod tests {
     /// length once.
     #[test]
     fn buffers_are_lent_only_to_a_payload_that_fits() {
-        let l = Landing::new(vec![vec![0u8; 4], vec![0u8; 4]]);
+        let l = Landing::new(vec![Block::from_slice(&[0u8; 4]), Block::from_slice(&[0u8; 4])]);
         assert!(l.take_for(9).is_none(), "9 bytes do not fit in 8");
         let bufs = l.take_for(6).expect("6 fit");
         assert!(l.clone().take_for(1).is_none(), "lent to the reader");

@@ -28,3 +28,4 @@ pub use msg::{
     Handle, Layout, Name, NodeInfo, NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, HANDLES_MOST,
     LIST_CHUNKS_PAGE, LIST_PARTS_PAGE, NAME_MAX, ROOT, SMALL_COPY_MAX, VERSION_SHIFT,
 };
+pub use parcache_mem::Block;

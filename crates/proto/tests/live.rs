@@ -274,7 +274,7 @@ async fn payloads_land_in_the_buffers_lent_for_them() {
                 return;
             }
             let lent = 1 + (i % 4) as usize;
-            let landing = parcache_proto::Landing::new(vec![vec![0xEE; B]; lent]);
+            let landing = parcache_proto::Landing::new(vec![parcache_proto::Block::from_slice(&[0xEE; B]); lent]);
             let (r, d) = c.call_landing(&req, &landing).await.unwrap();
             assert_eq!(r, Response::Data { len });
             let (bufs, landed) = landing.finish();
@@ -283,7 +283,7 @@ async fn payloads_land_in_the_buffers_lent_for_them() {
             if fits {
                 assert_eq!(landed, Some(len as usize), "read {i} of {len} bytes should land");
                 assert!(d.is_empty());
-                let got: Vec<u8> = bufs.concat();
+                let got: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
                 assert_eq!(&got[..len as usize], &want[..], "read {i}: the landed bytes");
                 assert!(
                     got[len as usize..].iter().all(|&b| b == 0xEE),
@@ -323,7 +323,7 @@ async fn a_payload_cut_short_fails_and_keeps_no_buffer() {
         s.flush().await.unwrap();
     });
     let c = Client::connect(&addr, &secret).await.unwrap();
-    let landing = parcache_proto::Landing::new(vec![vec![0u8; 64 << 10]; 2]);
+    let landing = parcache_proto::Landing::new(vec![parcache_proto::Block::from_slice(&[0u8; 64 << 10]); 2]);
     let req = Request::Read {
         handle: 1,
         offset: 0,

@@ -30,7 +30,7 @@ use crate::incarnation::Incarnation;
 use crate::read_queue::ReadQueue;
 use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
-use parcache_driver::{take_ahead::take_ahead, Below, BelowError, Driver, Placed};
+use parcache_driver::{take_ahead::take_ahead, Below, BelowError, Block, Driver, Placed};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
 use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
 use parcache_store::{BlockStore, ChunkStore, Entry, FileMedia, GroupLog, Wal};
@@ -142,6 +142,23 @@ impl Below for StoreBelow {
             .fetch(key.file, key.index)
             .await
             .map_err(|e| read_err(key, e))
+    }
+
+    /// As [`StoreBelow::fetch`] and [`StoreBelow::prefetch`], read from the
+    /// store straight into the cache's buffer for the block (its pages
+    /// are aligned for a direct read): the copy of every byte of a cold
+    /// read into the cache is gone (issue 14).
+    async fn fetch_into(&self, key: BlockKey, buf: Block, prefetch: bool) -> (Block, Result<usize, BelowError>) {
+        let here = if prefetch {
+            Err(buf)
+        } else {
+            self.reads.read_here_into(key.file, key.index, buf)
+        };
+        let (buf, got) = match here {
+            Ok(done) => done,
+            Err(buf) => self.reads.fetch_into(key.file, key.index, buf).await,
+        };
+        (buf, got.map_err(|e| read_err(key, e)))
     }
 }
 

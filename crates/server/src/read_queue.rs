@@ -9,12 +9,14 @@
 //! waiting when it starts, and again after each round, so fetches that
 //! arrive together or while the readers are busy are served together, and
 //! a run of adjacent blocks of one part is one read, whose answer each
-//! block takes a slice of (no copy). A lone demand fetch (a random read)
+//! block takes a slice of (no copy), or, where every fetch of the run lent
+//! its cache buffer, one read straight into them ([`ReadQueue::fetch_into`]:
+//! the data server's cache then copies nothing). A lone demand fetch (a random read)
 //! that finds the store idle is read at once on the thread that asked
 //! ([`ReadQueue::read_here`]).
 
 use bytes::Bytes;
-use parcache_proto::BufPool;
+use parcache_proto::{Block, BufPool};
 use parcache_store::{BlockStore, DIRECT_ALIGN};
 use parking_lot::Mutex;
 use std::io;
@@ -28,7 +30,27 @@ pub const READERS: usize = 8;
 /// Most blocks one read covers.
 pub const RUN_MAX: u64 = 16;
 
-type Answer = oneshot::Sender<io::Result<Bytes>>;
+/// What a fetch is answered: the buffer it lent back (filled, if
+/// [`Got::Into`]), and what was read.
+type Answered = (Option<Block>, io::Result<Got>);
+
+type Answer = oneshot::Sender<Answered>;
+
+/// What a fetch got.
+enum Got {
+    /// This many bytes, read into the buffer it lent.
+    Into(usize),
+    /// A slice of a run's buffer.
+    Shared(Bytes),
+}
+
+/// A fetch waiting: part, block index, the buffer it lent, its answer.
+struct Waiting {
+    handle: u64,
+    index: u64,
+    into: Option<Block>,
+    answer: Answer,
+}
 
 /// The queue of fetches waiting for a reader (see the module's comment).
 pub struct ReadQueue {
@@ -44,8 +66,8 @@ pub struct ReadQueue {
 
 #[derive(Default)]
 struct QueueState {
-    /// (part, block index, where the answer goes), in arrival order.
-    waiting: Vec<(u64, u64, Answer)>,
+    /// In arrival order.
+    waiting: Vec<Waiting>,
     /// Reader threads started and not yet finished.
     readers: usize,
     /// A reader was started and has not taken the queue yet: a fetch that
@@ -75,13 +97,36 @@ impl ReadQueue {
 
     /// Block `index` of part `handle`: short at the part's end, empty past it.
     pub async fn fetch(self: &Arc<Self>, handle: u64, index: u64) -> io::Result<Bytes> {
-        let (rx, start) = self.enqueue(handle, index);
+        let (into, got) = self.queued(handle, index, None).await;
+        got.map(|g| shared(into, g))
+    }
+
+    /// As [`ReadQueue::fetch`], into `into` (a cache buffer, whose stale
+    /// bytes it overwrites): read straight into it where its run lets
+    /// (see the module's comment), copied in otherwise. Gives it back with
+    /// how many bytes the block has.
+    pub async fn fetch_into(self: &Arc<Self>, handle: u64, index: u64, into: Block) -> (Block, io::Result<usize>) {
+        let (into, got) = self.queued(handle, index, Some(into)).await;
+        filled(into, got)
+    }
+
+    async fn queued(
+        self: &Arc<Self>,
+        handle: u64,
+        index: u64,
+        into: Option<Block>,
+    ) -> (Option<Block>, io::Result<Got>) {
+        let (rx, start) = self.enqueue(handle, index, into);
         if start {
             let me = Arc::clone(self);
             tokio::task::spawn_blocking(move || me.read_rounds());
         }
-        rx.await
-            .map_err(|_| io::Error::other("the block store's reader stopped before answering"))?
+        rx.await.unwrap_or_else(|_| {
+            (
+                None,
+                Err(io::Error::other("the block store's reader stopped before answering")),
+            )
+        })
     }
 
     /// Block `index` of part `handle`, read on this thread if the store is
@@ -93,10 +138,25 @@ impl ReadQueue {
     /// Only for demand reads: prefetches go through the queue, which
     /// merges them.
     pub fn read_here(&self, handle: u64, index: u64) -> Option<io::Result<Bytes>> {
+        let (into, got) = self.here(handle, index, None).ok()?;
+        Some(got.map(|g| shared(into, g)))
+    }
+
+    /// As [`ReadQueue::read_here`], into `into` as [`ReadQueue::fetch_into`]
+    /// reads; `Err` gives `into` back when the store is not idle.
+    pub fn read_here_into(&self, handle: u64, index: u64, into: Block) -> Result<(Block, io::Result<usize>), Block> {
+        match self.here(handle, index, Some(into)) {
+            Ok((into, got)) => Ok(filled(into, got)),
+            Err(into) => Err(into.unwrap_or_default()),
+        }
+    }
+
+    /// Reads in place if the store is idle; gives `into` back if not.
+    fn here(&self, handle: u64, index: u64, mut into: Option<Block>) -> Result<Answered, Option<Block>> {
         {
             let mut st = self.st.lock();
             if st.readers > 0 || !st.waiting.is_empty() || st.reading_here {
-                return None;
+                return Err(into);
             }
             st.reading_here = true;
         }
@@ -108,7 +168,11 @@ impl ReadQueue {
             }
         }
         let _here = Here(self);
-        Some(self.read_run(handle, index, index))
+        let got = match into.as_mut() {
+            Some(b) => self.read_into(handle, index, &mut [b]).map(|n| Got::Into(n[0])),
+            None => self.read_run(handle, index, index).map(Got::Shared),
+        };
+        Ok((into, got))
     }
 
     /// Reads blocks `first..=last` of part `handle` as one read.
@@ -125,12 +189,38 @@ impl ReadQueue {
             .map(|(buf, at)| self.bufs.bytes(buf).slice(at))
     }
 
+    /// Reads blocks `first..` of part `handle` into `blocks` in turn, as
+    /// one read; returns the bytes each holds now (its length set).
+    fn read_into(&self, handle: u64, first: u64, blocks: &mut [&mut Block]) -> io::Result<Vec<usize>> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let bs = self.block as usize;
+        let n = {
+            let mut pages: Vec<&mut [u8]> = blocks.iter_mut().map(|b| &mut b.pages_mut(bs)[..bs]).collect();
+            self.store.read_pages(handle, first * self.block, &mut pages)
+        };
+        let n = n.inspect_err(|_| blocks.iter_mut().for_each(|b| b.clear()))?;
+        Ok(blocks
+            .iter_mut()
+            .enumerate()
+            .map(|(k, b)| {
+                let got = n.saturating_sub(k * bs).min(bs);
+                b.set_len(got);
+                got
+            })
+            .collect())
+    }
+
     /// Puts a fetch in the queue; whether the caller must start a reader
     /// (counted as started already).
-    fn enqueue(&self, handle: u64, index: u64) -> (oneshot::Receiver<io::Result<Bytes>>, bool) {
-        let (tx, rx) = oneshot::channel();
+    fn enqueue(&self, handle: u64, index: u64, into: Option<Block>) -> (oneshot::Receiver<Answered>, bool) {
+        let (answer, rx) = oneshot::channel();
         let mut st = self.st.lock();
-        st.waiting.push((handle, index, tx));
+        st.waiting.push(Waiting {
+            handle,
+            index,
+            into,
+            answer,
+        });
         let start = !st.starting && st.readers < READERS;
         if start {
             st.starting = true;
@@ -164,35 +254,87 @@ impl ReadQueue {
                 }
                 std::mem::take(&mut st.waiting)
             };
-            batch.sort_by_key(|&(h, i, _)| (h, i));
+            batch.sort_by_key(|w| (w.handle, w.index));
             let mut batch = batch.into_iter().peekable();
             while let Some(head) = batch.next() {
-                let (h, first) = (head.0, head.1);
+                let (h, first) = (head.handle, head.index);
                 let mut run = vec![head];
                 // Adjacent blocks of the part (the same block asked twice
                 // too), up to RUN_MAX blocks from the first.
-                while let Some(next) = batch.next_if(|&(h2, i2, _)| {
-                    h2 == h && i2 <= run.last().map_or(first, |r| r.1) + 1 && i2 < first + RUN_MAX
+                while let Some(next) = batch.next_if(|w| {
+                    w.handle == h && w.index <= run.last().map_or(first, |r| r.index) + 1 && w.index < first + RUN_MAX
                 }) {
                     run.push(next);
                 }
-                let last = run.last().map_or(first, |r| r.1);
-                let got = self.read_run(h, first, last);
-                for (_, i, answer) in run {
-                    let _ = answer.send(match &got {
-                        Ok(b) => {
-                            let from = ((i - first) * self.block) as usize;
-                            Ok(if from < b.len() {
-                                b.slice(from..b.len().min(from + self.block as usize))
-                            } else {
-                                Bytes::new()
-                            })
-                        }
-                        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-                    });
-                }
+                self.serve(h, first, run);
             }
         }
+    }
+
+    /// Reads a run of fetches of part `h` from block `first` on and
+    /// answers each: into the buffers they lent if every one lent one and
+    /// no block is asked twice, otherwise with slices of one buffer.
+    fn serve(&self, h: u64, first: u64, mut run: Vec<Waiting>) {
+        let distinct = run.iter().enumerate().all(|(k, w)| w.index == first + k as u64);
+        if distinct && run.iter().all(|w| w.into.is_some()) {
+            let got = {
+                let mut blocks: Vec<&mut Block> = run.iter_mut().filter_map(|w| w.into.as_mut()).collect();
+                self.read_into(h, first, &mut blocks)
+            };
+            for (k, w) in run.into_iter().enumerate() {
+                let r = match &got {
+                    Ok(n) => Ok(Got::Into(n[k])),
+                    Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                };
+                let _ = w.answer.send((w.into, r));
+            }
+            return;
+        }
+        let last = run.last().map_or(first, |r| r.index);
+        let got = self.read_run(h, first, last);
+        for w in run {
+            let _ = w.answer.send((
+                w.into,
+                match &got {
+                    Ok(b) => {
+                        let from = ((w.index - first) * self.block) as usize;
+                        Ok(Got::Shared(if from < b.len() {
+                            b.slice(from..b.len().min(from + self.block as usize))
+                        } else {
+                            Bytes::new()
+                        }))
+                    }
+                    Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                },
+            ));
+        }
+    }
+}
+
+/// A fetch's bytes as a payload, for a fetch that lent no buffer.
+fn shared(into: Option<Block>, got: Got) -> Bytes {
+    match (got, into) {
+        (Got::Shared(b), _) => b,
+        (Got::Into(n), Some(mut b)) => {
+            b.truncate(n);
+            b.into()
+        }
+        (Got::Into(_), None) => Bytes::new(),
+    }
+}
+
+/// A fetch's bytes in the buffer it lent (copied in if they came as a
+/// slice of a run's buffer), and how many.
+fn filled(into: Option<Block>, got: io::Result<Got>) -> (Block, io::Result<usize>) {
+    let mut b = into.unwrap_or_default();
+    match got {
+        Ok(Got::Into(n)) => (b, Ok(n)),
+        Ok(Got::Shared(d)) => {
+            b.clear();
+            b.extend_from_slice(&d);
+            (b, Ok(d.len()))
+        }
+        Err(e) => (b, Err(e)),
     }
 }
 
@@ -237,9 +379,15 @@ mod tests {
             (2, 0),
         ];
         asks.extend((0..=RUN_MAX).map(|i| (4, i)));
+        // Every fetch lends a buffer of stale bytes but part 2's block 0:
+        // runs whose fetches all lend one, each block once, are read into
+        // them; the others (part 1's with block 2 twice, part 2's first)
+        // are copied in from a run's buffer.
+        let lends = |h: u64, i: u64| !(h == 2 && i == 0);
         let mut waits = Vec::new();
         for (n, &(h, i)) in asks.iter().enumerate() {
-            let (rx, start) = q.enqueue(h, i);
+            let lent = lends(h, i).then(|| Block::from_slice(&vec![0xEE; bs as usize]));
+            let (rx, start) = q.enqueue(h, i, lent);
             assert_eq!(start, n == 0, "only the first fetch starts a reader");
             waits.push(rx);
         }
@@ -247,7 +395,15 @@ mod tests {
         assert_eq!(q.reads(), 9);
         assert_eq!(q.st.lock().readers, 0);
         for (&(h, i), rx) in asks.iter().zip(waits) {
-            let got = rx.blocking_recv().unwrap().unwrap();
+            let (into, got) = rx.blocking_recv().unwrap();
+            let got: Vec<u8> = if lends(h, i) {
+                let (b, n) = filled(into, got);
+                assert_eq!(n.unwrap(), b.len());
+                b.to_vec()
+            } else {
+                assert!(into.is_none());
+                shared(None, got.unwrap()).to_vec()
+            };
             let p = if h == 1 || h == 2 { part(h) } else { Vec::new() };
             let from = (i * bs as u64) as usize;
             let want = if from < p.len() {
@@ -275,11 +431,21 @@ mod tests {
         assert!(q.read_here(7, 2).expect("idle").unwrap()[..] == part[2 * bs as usize..]);
         assert!(q.read_here(7, 3).expect("idle").unwrap().is_empty());
         assert_eq!(q.reads(), 3);
-        let (rx, start) = q.enqueue(7, 0);
+        // Into a cache buffer of stale bytes: the block's, short at the end.
+        let stale = || Block::from_slice(&vec![0xEE; bs as usize]);
+        let (b, n) = q.read_here_into(7, 2, stale()).expect("idle");
+        assert_eq!((&b[..], n.unwrap()), (&part[2 * bs as usize..], 10));
+        let (rx, start) = q.enqueue(7, 0, None);
         assert!(start);
         assert!(q.read_here(7, 1).is_none(), "a fetch waits and a reader is starting");
+        assert_eq!(
+            q.read_here_into(7, 1, stale()).unwrap_err().len(),
+            bs as usize,
+            "given back"
+        );
         q.read_rounds();
-        assert!(rx.blocking_recv().unwrap().unwrap()[..] == part[..bs as usize]);
+        let (into, got) = rx.blocking_recv().unwrap();
+        assert!(shared(into, got.unwrap())[..] == part[..bs as usize]);
         q.st.lock().reading_here = true;
         assert!(q.read_here(7, 1).is_none(), "one read in place at a time");
         q.st.lock().reading_here = false;
@@ -302,7 +468,15 @@ mod tests {
                 let q = q.clone();
                 tokio::spawn(async move {
                     assert!(q.st.lock().readers <= READERS);
-                    (h, q.fetch(h, 0).await.unwrap())
+                    // Half of them lend a buffer.
+                    let got = if h % 2 == 0 {
+                        q.fetch(h, 0).await.unwrap()
+                    } else {
+                        let (b, n) = q.fetch_into(h, 0, Block::new()).await;
+                        assert_eq!(n.unwrap(), b.len());
+                        b.into()
+                    };
+                    (h, got)
                 })
             })
             .collect();
