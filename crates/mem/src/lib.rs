@@ -39,10 +39,13 @@ impl Block {
     /// An empty block with `bytes` of memory taken (rounded up to pages),
     /// every page written once, so that filling it costs no page fault.
     pub fn with_pages_touched(bytes: usize) -> Block {
-        Block {
-            pages: vec![Page::zeroed(); bytes.div_ceil(PAGE)],
-            len: 0,
+        let mut pages = vec![Page::zeroed(); bytes.div_ceil(PAGE)];
+        // Written, not just allocated: a zeroed allocation may be the
+        // kernel's untouched pages.
+        for p in &mut pages {
+            p.0[0] = std::hint::black_box(0);
         }
+        Block { pages, len: 0 }
     }
 
     /// A block holding a copy of `src`.
