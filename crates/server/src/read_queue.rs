@@ -110,12 +110,8 @@ impl ReadQueue {
         filled(into, got)
     }
 
-    async fn queued(
-        self: &Arc<Self>,
-        handle: u64,
-        index: u64,
-        into: Option<Block>,
-    ) -> (Option<Block>, io::Result<Got>) {
+    /// Queues a fetch (starting a reader if it must) and waits for it.
+    async fn queued(self: &Arc<Self>, handle: u64, index: u64, into: Option<Block>) -> Answered {
         let (rx, start) = self.enqueue(handle, index, into);
         if start {
             let me = Arc::clone(self);
