@@ -683,6 +683,9 @@ async fn a_data_server_takes_its_cache_memory_at_start_unless_lazy() {
                 dir.display()
             );
         }
+        // Each block cached in the memory its bytes arrived in, not
+        // copied there.
+        assert_eq!(s.landed_write_bytes, written, "{s:?}");
         for k in 0..written >> 20 {
             assert_eq!(get(&c, 5, k << 20, 1 << 20).await, data(k), "MiB {k}");
         }

@@ -394,23 +394,53 @@ impl<B: Below> Driver<B> {
     /// here as its clean copy: over a clean idle copy, or in a free or
     /// clean buffer. See [`Placed`].
     pub fn place_clean(&self, key: BlockKey, data: &[u8]) -> Placed {
+        let bs = self.shared.block_size;
+        match self.place(key, |st, b| st.replace(b, bs, data)) {
+            Ok(()) => Placed::Cached,
+            Err(p) => p,
+        }
+    }
+
+    /// As [`Driver::place_clean`], for a block in memory of its own (a
+    /// write's payload that landed in it): the buffer takes that memory
+    /// rather than a copy of its bytes, and the memory it held before is
+    /// returned, for the next payload to land in (empty if it had none of
+    /// its own, being sent meanwhile). Not placed, `data` comes back with
+    /// why.
+    pub fn place_clean_block(&self, key: BlockKey, data: Block) -> Result<Block, (Placed, Block)> {
+        let bs = self.shared.block_size;
+        let mut data = Some(data);
+        self.place(key, |st, b| {
+            let old = st.lend(b);
+            let data = data.take().expect("placed once");
+            let n = data.len();
+            st.give_back(b, bs, data, n);
+            old
+        })
+        .map_err(|p| (p, data.take().expect("not placed")))
+    }
+
+    /// Gives block `key`, written around the cache, a clean buffer of its
+    /// own (over a clean idle copy, or a free or clean buffer) and fills
+    /// it with `fill`.
+    fn place<R>(&self, key: BlockKey, fill: impl FnOnce(&mut State, BufId) -> R) -> Result<R, Placed> {
         let sh = &*self.shared;
         let mut st = sh.lock();
         let now = sh.now();
         if !st.cache.clean_or_absent(key) {
-            return Placed::Busy;
+            return Err(Placed::Busy);
         }
         // A clean idle copy, whole or not, gives way to the new one.
         if st.cache.contains(key) && !st.cache.discard_clean_block(now, key) {
-            return Placed::Busy;
+            return Err(Placed::Busy);
         }
         let Some(b) = st.cache.adopt(now, key) else {
             Shared::drive(&self.shared, &mut st);
-            return Placed::NoRoom;
+            return Err(Placed::NoRoom);
         };
-        st.replace(b, sh.block_size, data);
+        let r = fill(&mut st, b);
         Shared::drive(&self.shared, &mut st);
-        Placed::Cached
+        Ok(r)
     }
 
     /// Takes in a whole, clean block from outside (a peer's forwarded last

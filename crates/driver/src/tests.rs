@@ -479,6 +479,38 @@ fn a_block_written_around_the_cache_replaces_only_a_clean_copy() {
     });
 }
 
+/// A block in memory of its own is placed without a copy: the cache's
+/// buffer takes that memory and gives back what it held. A dirty copy or a
+/// cache full of dirty blocks refuses it, and it comes back as it was.
+#[test]
+fn a_block_placed_with_its_memory_is_not_copied() {
+    rt().block_on(async {
+        let below = Arc::new(Mem::new(64));
+        let d = simple(2, WritePolicyKind::WriteBack, &below);
+        let key = |i| BlockKey::new(7, i);
+        assert_eq!(d.place_clean(key(0), &[1u8; 64]), Placed::Cached);
+        let before = d.peek(key(0)).unwrap().as_ptr();
+        let block = Block::from_slice(&[2u8; 64]);
+        let at = block.as_ptr();
+        let old = d.place_clean_block(key(0), block).expect("a clean copy gives way");
+        let now = d.peek(key(0)).unwrap();
+        assert_eq!(now.as_ptr(), at, "the cache holds the block's own memory");
+        assert_eq!(&now[..], &[2u8; 64]);
+        assert!(
+            old.as_ptr() == before || old.capacity() == 0,
+            "the memory given back is the buffer's own, or none"
+        );
+        d.write(7, 64 + 3, b"dirty").await.unwrap();
+        let (why, back) = d.place_clean_block(key(1), Block::from_slice(&[3u8; 64])).unwrap_err();
+        assert_eq!((why, &back[..]), (Placed::Busy, &[3u8; 64][..]));
+        drop(now);
+        d.write(7, 0, b"x").await.unwrap();
+        let (why, back) = d.place_clean_block(key(2), Block::from_slice(&[4u8; 64])).unwrap_err();
+        assert_eq!((why, &back[..]), (Placed::NoRoom, &[4u8; 64][..]), "both buffers dirty");
+        assert!(below.file(7).is_empty(), "nothing went down");
+    });
+}
+
 /// `read_pieces` answers as `read` does, within one block and across
 /// several, one piece per block.
 #[test]

@@ -180,6 +180,15 @@ impl PartialEq for Block {
 
 impl Eq for Block {}
 
+/// The bytes of `blocks`, one after another, copied into one buffer.
+pub fn concat(blocks: &[Block]) -> Vec<u8> {
+    let mut all = Vec::with_capacity(blocks.iter().map(|b| b.len()).sum());
+    for b in blocks {
+        all.extend_from_slice(b);
+    }
+    all
+}
+
 /// Its bytes as a payload, without a copy.
 impl From<Block> for Bytes {
     fn from(b: Block) -> Bytes {

@@ -5,12 +5,13 @@
 
 use crate::auth::{client_handshake, server_handshake, AuthError, Secret};
 use crate::buf_pool::BufPool;
-use crate::frame::{encode, encode_head, read_frame_landing, read_frame_pooled, FrameError};
+use crate::frame::{encode, encode_head, read_frame_landing, FrameError};
 use crate::landing::Landing;
 use crate::msg::{ErrorCode, Request, Response};
 use crate::outbox::{Frame, Outbox};
 use crate::transport::{self, Stream};
 use bytes::Bytes;
+use parcache_mem::Block;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -175,7 +176,7 @@ impl Client {
             // Replies' payloads (blocks read) come in buffers used again.
             let pool = Arc::new(BufPool::default());
             loop {
-                let landing = |id| reader.pending.lock().get(&id).and_then(|w| w.landing.clone());
+                let landing = |id, _: &Response, _| reader.pending.lock().get(&id).and_then(|w| w.landing.clone());
                 match read_frame_landing::<Response, _>(&mut r, Some(&pool), landing).await {
                     Ok(f) => {
                         let w = reader.pending.lock().remove(&f.id);
@@ -273,6 +274,26 @@ pub trait Handler: Send + Sync + 'static {
         }
     }
 
+    /// Memory a request's payload of `len` bytes lands in, in place of a
+    /// buffer of the connection's: the buffers, filled one after the
+    /// other, each up to its length. A data server lends buffers its cache
+    /// takes as they are for a write of whole blocks, so their bytes are
+    /// not copied into it (issue 14). By default none.
+    fn landing(&self, req: &Request, len: usize) -> Option<Vec<Block>> {
+        let _ = (req, len);
+        None
+    }
+
+    /// As [`Handler::handle_pieces`], for a request whose payload landed
+    /// in the buffers [`Handler::landing`] lent, every one full. By
+    /// default they are copied into one payload.
+    fn handle_landed(&self, req: Request, landed: Vec<Block>) -> impl Future<Output = (Response, Vec<Bytes>)> + Send {
+        async move {
+            self.handle_pieces(req, Bytes::from(parcache_mem::concat(&landed)))
+                .await
+        }
+    }
+
     /// A connection that carried requests made for `node`
     /// (`Request::As`) closed: the node's process is gone or will
     /// reconnect (and then holds nothing it was granted before).
@@ -290,11 +311,12 @@ async fn next_request<R: tokio::io::AsyncRead + Unpin>(
     r: &mut R,
     pool: &Arc<BufPool>,
     shutdown: &mut watch::Receiver<bool>,
+    landing: impl FnOnce(u64, &Request, usize) -> Option<Landing>,
 ) -> Option<Result<crate::frame::Frame<Request>, FrameError>> {
     tokio::select! {
         biased;
         _ = shutdown.changed() => None,
-        f = read_frame_pooled::<Request, _>(r, Some(pool)) => Some(f),
+        f = read_frame_landing::<Request, _>(r, Some(pool), landing) => Some(f),
     }
 }
 
@@ -384,7 +406,18 @@ async fn connection<H: Handler>(
     let mut nodes: Vec<u64> = Vec::new();
     // Requests' payloads (blocks written) come in buffers used again.
     let pool = Arc::new(BufPool::default());
-    while let Some(frame) = next_request(&mut r, &pool, &mut shutdown).await {
+    loop {
+        // Where the next request's payload landed, if the handler lent
+        // buffers for it.
+        let mut lent = None;
+        let landing = |_: u64, req: &Request, len: usize| {
+            let l = handler.landing(req, len).map(Landing::new);
+            lent.clone_from(&l);
+            l
+        };
+        let Some(frame) = next_request(&mut r, &pool, &mut shutdown, landing).await else {
+            break;
+        };
         match frame {
             Ok(f) => {
                 if let Request::As { node, .. } = &f.msg {
@@ -392,9 +425,16 @@ async fn connection<H: Handler>(
                         nodes.push(*node);
                     }
                 }
+                let landed = match lent.map(|l| l.finish()) {
+                    Some((bufs, Some(_))) => Some(bufs),
+                    _ => None,
+                };
                 let (handler, tx) = (handler.clone(), tx.clone());
                 tokio::spawn(async move {
-                    let (resp, pieces) = handler.handle_pieces(f.msg, f.data).await;
+                    let (resp, pieces) = match landed {
+                        Some(bufs) => handler.handle_landed(f.msg, bufs).await,
+                        None => handler.handle_pieces(f.msg, f.data).await,
+                    };
                     // A small payload goes in the head (one buffer, no
                     // vectored write); a large one after it, uncopied.
                     let len = pieces.iter().map(Bytes::len).sum();
@@ -483,13 +523,16 @@ mod tests {
             let mut r: &[u8] = &frame;
             stop.send(true).unwrap();
             assert!(
-                next_request(&mut r, &pool, &mut rx).await.is_none(),
+                next_request(&mut r, &pool, &mut rx, |_, _, _| None).await.is_none(),
                 "taken after the stop"
             );
         }
         let (_stop, mut rx) = watch::channel(false);
         let mut r: &[u8] = &frame;
-        let f = next_request(&mut r, &pool, &mut rx).await.expect("no stop").unwrap();
+        let f = next_request(&mut r, &pool, &mut rx, |_, _, _| None)
+            .await
+            .expect("no stop")
+            .unwrap();
         assert!(matches!(f.msg, Request::Sync));
     }
 }

@@ -123,16 +123,19 @@ pub async fn read_frame_pooled<M: DeserializeOwned, R: AsyncRead + Unpin>(
     r: &mut R,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<Frame<M>, FrameError> {
-    read_frame_landing(r, pool, |_| None).await
+    read_frame_landing(r, pool, |_, _, _| None).await
 }
 
 /// As [`read_frame_pooled`], a large payload landing instead in the buffers
-/// `landing(id)` lends for request `id`, where it fits ([`Landing`]): the
-/// frame's `data` is then empty and the landing says how much came.
+/// `landing(id, message, payload length)` lends, where it fits
+/// ([`Landing`]): the frame's `data` is then empty and the landing says how
+/// much came. A node lends a block's buffers for the answer to request
+/// `id`; a data server lends buffers its cache takes as they are for a
+/// write of whole blocks.
 pub async fn read_frame_landing<M: DeserializeOwned, R: AsyncRead + Unpin>(
     r: &mut R,
     pool: Option<&Arc<BufPool>>,
-    landing: impl FnOnce(u64) -> Option<Landing>,
+    landing: impl FnOnce(u64, &M, usize) -> Option<Landing>,
 ) -> Result<Frame<M>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
@@ -164,15 +167,17 @@ pub async fn read_frame_landing<M: DeserializeOwned, R: AsyncRead + Unpin>(
 /// cache (`O_DIRECT`) without copying them into an aligned buffer first.
 pub const PAYLOAD_ALIGN: usize = 4096;
 
-/// Reads the body of a frame of `len` bytes into a buffer of `pool`, with
-/// the payload placed at a [`PAYLOAD_ALIGN`] boundary: the id and the
-/// header's length first (from the reader's buffer), then the header and
-/// the payload with one read.
+/// Reads the body of a frame of `len` bytes: the id, the header's length
+/// and the header first (from the reader's buffer, mostly), then the
+/// payload, into the buffers `landing` lends for it or into a buffer of
+/// `pool` at a [`PAYLOAD_ALIGN`] boundary. A header that does not decode
+/// has its payload read and dropped, so the next frame is read from its
+/// start.
 async fn read_aligned<M: DeserializeOwned, R: AsyncRead + Unpin>(
     r: &mut R,
     pool: &Arc<BufPool>,
     len: usize,
-    landing: impl FnOnce(u64) -> Option<Landing>,
+    landing: impl FnOnce(u64, &M, usize) -> Option<Landing>,
 ) -> Result<Frame<M>, FrameError> {
     let truncated = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -192,37 +197,35 @@ async fn read_aligned<M: DeserializeOwned, R: AsyncRead + Unpin>(
     if hlen > rest {
         return Err(FrameError::Short(len));
     }
-    if let Some(l) = landing(id) {
-        if let Some(mut bufs) = l.take_for(rest - hlen) {
-            let mut header = vec![0u8; hlen];
-            r.read_exact(&mut header).await.map_err(truncated)?;
-            let msg = message(id, &header)?;
-            let mut left = rest - hlen;
-            for b in &mut bufs {
-                let n = left.min(b.len());
-                r.read_exact(&mut b[..n]).await.map_err(truncated)?;
-                left -= n;
-            }
-            l.landed(bufs, rest - hlen);
-            return Ok(Frame {
-                id,
-                msg,
-                data: Bytes::new(),
-            });
+    let payload = rest - hlen;
+    let mut header = vec![0u8; hlen];
+    r.read_exact(&mut header).await.map_err(truncated)?;
+    let msg = message(id, &header);
+    let lent = msg.as_ref().ok().and_then(|m| landing(id, m, payload));
+    if let Some((l, mut bufs)) = lent.and_then(|l| l.take_for(payload).map(|bufs| (l, bufs))) {
+        let mut left = payload;
+        for b in &mut bufs {
+            let n = left.min(b.len());
+            r.read_exact(&mut b[..n]).await.map_err(truncated)?;
+            left -= n;
         }
+        l.landed(bufs, payload);
+        return Ok(Frame {
+            id,
+            msg: msg?,
+            data: Bytes::new(),
+        });
     }
-    let mut buf = pool.take(rest + PAYLOAD_ALIGN);
-    // The header ends, and the payload starts, on the boundary.
-    let at = match buf[hlen..].as_ptr().align_offset(PAYLOAD_ALIGN) {
+    let mut buf = pool.take(payload + PAYLOAD_ALIGN);
+    let at = match buf.as_ptr().align_offset(PAYLOAD_ALIGN) {
         at if at < PAYLOAD_ALIGN => at,
         // Not computable here (`align_offset` may say so): unaligned,
         // which a data server copies into an aligned buffer.
         _ => 0,
     };
-    r.read_exact(&mut buf[at..at + rest]).await.map_err(truncated)?;
-    let msg = message(id, &buf[at..at + hlen])?;
-    let data = pool.bytes(buf).slice(at + hlen..at + rest);
-    Ok(Frame { id, msg, data })
+    r.read_exact(&mut buf[at..at + payload]).await.map_err(truncated)?;
+    let data = pool.bytes(buf).slice(at..at + payload);
+    Ok(Frame { id, msg: msg?, data })
 }
 
 /// Writes one frame.

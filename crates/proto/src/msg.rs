@@ -888,6 +888,9 @@ pub struct ServerStats {
     /// Bytes a data server wrote to its block store around the kernel's
     /// page cache (`O_DIRECT`) since it started.
     pub direct_write_bytes: u64,
+    /// Bytes of whole blocks written to a data server that its cache took
+    /// in the memory they arrived in, not as a copy, since it started.
+    pub landed_write_bytes: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -335,3 +335,112 @@ async fn a_payload_cut_short_fails_and_keeps_no_buffer() {
     assert_eq!(landing.finish(), (Vec::new(), None));
     server.await.unwrap();
 }
+
+/// Lends buffers of [`LANDED`] bytes for a write's payload of whole such
+/// buffers, and answers a write whose payload landed in them with `Data`
+/// if they hold the bytes [`pattern`] makes of its handle (any other write
+/// with `Written`).
+struct Lands;
+
+const LANDED: usize = 64 << 10;
+
+impl Handler for Lands {
+    async fn handle(&self, req: Request, data: Bytes) -> (Response, Bytes) {
+        match req {
+            Request::Write { handle, .. } if data[..] == pattern(handle, data.len() as u64)[..] => {
+                (Response::Written { len: data.len() as u64 }, Bytes::new())
+            }
+            _ => (
+                Response::error(parcache_proto::ErrorCode::Io, "wrong bytes"),
+                Bytes::new(),
+            ),
+        }
+    }
+
+    fn landing(&self, req: &Request, len: usize) -> Option<Vec<parcache_proto::Block>> {
+        let whole = matches!(req, Request::Write { .. }) && len.is_multiple_of(LANDED);
+        whole.then(|| {
+            (0..len / LANDED)
+                .map(|_| {
+                    let mut b = parcache_proto::Block::from_slice(&[0xEE; 100]);
+                    b.stale(LANDED);
+                    b
+                })
+                .collect()
+        })
+    }
+
+    async fn handle_landed(&self, req: Request, landed: Vec<parcache_proto::Block>) -> (Response, Vec<Bytes>) {
+        let len: usize = landed.iter().map(|b| b.len()).sum();
+        let resp = match req {
+            Request::Write { handle, .. }
+                if landed.iter().all(|b| b.len() == LANDED)
+                    && parcache_mem::concat(&landed) == pattern(handle, len as u64) =>
+            {
+                Response::Data { len: len as u64 }
+            }
+            _ => Response::error(parcache_proto::ErrorCode::Io, "wrong landed bytes"),
+        };
+        (resp, Vec::new())
+    }
+}
+
+/// Requests' payloads land in the buffers the server's handler lends for
+/// them, while many are in flight: a payload of whole buffers lands (the
+/// handler gets them full, in order); any other, or one too small to be
+/// read on its own, comes as the request's payload. A request whose
+/// header does not decode has its payload skipped: the next request on
+/// the connection is read from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_payloads_land_in_the_buffers_the_server_lends() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let secret = Secret::generate();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(l, secret.clone(), Arc::new(Lands), rx));
+    let c = Client::connect(&addr, &secret).await.unwrap();
+    let calls = (0..200u64).map(|i| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let len = [LANDED, 3 * LANDED, 100_000, 16 << 10, 16 * LANDED][(i % 5) as usize];
+            let req = Request::Write { handle: i, offset: 0 };
+            let (r, _) = c.call(&req, &pattern(i, len as u64)).await.unwrap();
+            let lands = len.is_multiple_of(LANDED);
+            let want = if lands {
+                Response::Data { len: len as u64 }
+            } else {
+                Response::Written { len: len as u64 }
+            };
+            assert_eq!(r, want, "write {i} of {len} bytes");
+        })
+    });
+    for t in calls {
+        t.await.unwrap();
+    }
+    // A header that does not decode, with a large payload, then a good
+    // request: the first is refused, the second answered.
+    use parcache_proto::frame::read_frame;
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    client_handshake(&mut s, &secret).await.unwrap();
+    let (header, payload) = ([0xFFu8; 16], 3 * LANDED);
+    let mut bad = Vec::new();
+    bad.extend_from_slice(&((8 + 4 + header.len() + payload) as u32).to_le_bytes());
+    bad.extend_from_slice(&7u64.to_le_bytes());
+    bad.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    bad.extend_from_slice(&header);
+    bad.extend_from_slice(&vec![1u8; payload]);
+    s.write_all(&bad).await.unwrap();
+    let good = encode(
+        8,
+        &Request::Write { handle: 5, offset: 0 },
+        &pattern(5, 2 * LANDED as u64),
+    )
+    .unwrap();
+    s.write_all(&good).await.unwrap();
+    let first = read_frame::<Response, _>(&mut s).await.unwrap();
+    assert_eq!(first.id, 7);
+    assert!(matches!(first.msg, Response::Error(_)), "{:?}", first.msg);
+    let second = read_frame::<Response, _>(&mut s).await.unwrap();
+    assert_eq!((second.id, second.msg), (8, Response::Data { len: 2 * LANDED as u64 }));
+    let _ = stop.send(true);
+}

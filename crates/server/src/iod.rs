@@ -210,7 +210,17 @@ struct Iod {
     free: Mutex<Option<FreeSpace>>,
     /// This start, and whether the one before lost nothing it acknowledged.
     incarnation: Incarnation,
+    /// Memory for writes' payloads to land in ([`Iod::landing`]): mostly
+    /// what the cache's buffers held before they took a landed block's
+    /// memory, kept for the next write.
+    spare_blocks: Mutex<Vec<Block>>,
+    /// Bytes of written blocks the cache took in the memory they landed in
+    /// ([`ServerStats::landed_write_bytes`]).
+    landed: AtomicU64,
 }
+
+/// Blocks of memory kept for writes to land in, at most (4 MiB).
+const SPARE_BLOCKS: usize = 64;
 
 /// What a data server knows of a part's length.
 #[derive(Clone, Copy, Debug)]
@@ -337,6 +347,106 @@ impl Iod {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Buffers for the payload of a buffered write of `len` bytes at
+    /// `offset` of `handle` to land in, one per block, if it is of whole
+    /// blocks and may go straight to the block store as things stand
+    /// ([`Iod::write_landed`] takes it then); `None` otherwise (it lands
+    /// in the connection's buffer, as any other).
+    fn landing(&self, handle: u64, offset: u64, len: usize) -> Option<Vec<Block>> {
+        let (b, len64) = (IOD_BLOCK as usize, len as u64);
+        let fits = DirectWrites::whole_blocks(offset, len64, IOD_BLOCK)
+            && beyond_limit("write", handle, offset, len64).is_none()
+            && self.may_place(handle, offset, len64);
+        if !fits {
+            return None;
+        }
+        let mut spare = self.spare_blocks.lock();
+        let blocks = (0..len / b).map(|_| {
+            let mut k = spare.pop().unwrap_or_default();
+            k.stale(b);
+            k
+        });
+        Some(blocks.collect())
+    }
+
+    /// Takes the memory writes land in before a buffer of the cache gives
+    /// its own back ([`Iod::landing`]), every page touched, so the first
+    /// writes cost no page fault.
+    fn take_landing_memory(&self) {
+        let mut spare = self.spare_blocks.lock();
+        while spare.len() < SPARE_BLOCKS {
+            spare.push(Block::with_pages_touched(IOD_BLOCK as usize));
+        }
+    }
+
+    /// Keeps `block`'s memory for a later write to land in, if it has a
+    /// whole block's and there is room.
+    fn keep_spare(&self, block: Block) {
+        if block.capacity() >= IOD_BLOCK as usize {
+            let mut spare = self.spare_blocks.lock();
+            if spare.len() < SPARE_BLOCKS {
+                spare.push(block);
+            }
+        }
+    }
+
+    /// A buffered write of whole blocks whose payload landed in `blocks`
+    /// (one each, as [`Iod::landing`] lent them): written straight to the
+    /// block store from them, as [`Iod::write_direct`] writes, and each
+    /// then made the cache's clean copy with its own memory, not a copy of
+    /// its bytes (the memory the cache's buffer held is kept for the next
+    /// write). `Err` gives the blocks back when the write cannot go so
+    /// (the log or the cache came to hold some of it, or the store
+    /// refused it): the caller writes them the usual way, which says why.
+    async fn write_landed(&self, handle: u64, offset: u64, blocks: Vec<Block>) -> Result<io::Result<()>, Vec<Block>> {
+        let _g = self.gate.read().await;
+        let len: u64 = blocks.iter().map(|k| k.len() as u64).sum();
+        if !self.may_place(handle, offset, len) {
+            return Err(blocks);
+        }
+        self.direct.placed(handle);
+        self.below.touched.lock().insert(handle);
+        let written = self
+            .blocking(move |s| {
+                let pieces: Vec<&[u8]> = blocks.iter().map(|k| &k[..]).collect();
+                let r = s.write_streamed_pieces(handle, offset, &pieces);
+                Ok((blocks, r))
+            })
+            .await;
+        let blocks = match written {
+            Ok((blocks, Ok(()))) => blocks,
+            Ok((blocks, Err(_))) => return Err(blocks),
+            Err(e) => return Ok(Err(e)),
+        };
+        self.grow(handle, offset + len);
+        let b = IOD_BLOCK as u64;
+        for (i, block) in blocks.into_iter().enumerate() {
+            let k = offset / b + i as u64;
+            let block = if self.direct.may_place(handle, k, IOD_BLOCK) {
+                match self.cache.place_clean_block(BlockKey::new(handle, k), block) {
+                    Ok(old) => {
+                        self.landed.fetch_add(IOD_BLOCK as u64, Ordering::Relaxed);
+                        self.keep_spare(old);
+                        continue;
+                    }
+                    Err((Placed::NoRoom, block)) => {
+                        self.keep_spare(block);
+                        continue;
+                    }
+                    Err((Placed::Busy | Placed::Cached, block)) => block,
+                }
+            } else {
+                block
+            };
+            // Reached by a logged write, a fetch or a cut meanwhile: through
+            // the log and the cache after all, as in `write_direct`.
+            if let Err(e) = self.write_logged(handle, k * b, Bytes::from(block), true).await {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// The log then the cache (see [`Iod::write`]). Called with the gate held.
@@ -704,7 +814,50 @@ impl IodHandler {
     }
 }
 
+impl IodHandler {
+    /// The answer to a write of `len` bytes at `offset` of `handle` that
+    /// ended with `r`.
+    async fn written(&self, r: io::Result<()>, handle: u64, offset: u64, len: u64) -> Response {
+        match r {
+            Ok(()) => {
+                self.0.writes.fetch_add(1, Ordering::Relaxed);
+                self.0.maybe_checkpoint(false).await;
+                Response::Written { len }
+            }
+            Err(e) => io_reply(&format!("write of {len} bytes at {offset} of handle {handle}"), e),
+        }
+    }
+}
+
 impl Handler for IodHandler {
+    fn landing(&self, req: &Request, len: usize) -> Option<Vec<Block>> {
+        match *req {
+            Request::WriteBuffered { handle, offset } => self.0.landing(handle, offset, len),
+            _ => None,
+        }
+    }
+
+    async fn handle_landed(&self, req: Request, landed: Vec<Block>) -> (Response, Vec<Bytes>) {
+        let Request::WriteBuffered { handle, offset } = req else {
+            return self
+                .handle_pieces(req, Bytes::from(parcache_mem::concat(&landed)))
+                .await;
+        };
+        let len: u64 = landed.iter().map(|k| k.len() as u64).sum();
+        match self.0.write_landed(handle, offset, landed).await {
+            Ok(r) => {
+                self.0.requests.fetch_add(1, Ordering::Relaxed);
+                (self.written(r, handle, offset, len).await, vec![Bytes::new()])
+            }
+            // The usual way (one copy into a payload), which says why if
+            // it fails too.
+            Err(blocks) => {
+                self.handle_pieces(req, Bytes::from(parcache_mem::concat(&blocks)))
+                    .await
+            }
+        }
+    }
+
     async fn handle_pieces(&self, req: Request, data: Bytes) -> (Response, Vec<Bytes>) {
         self.0.requests.fetch_add(1, Ordering::Relaxed);
         match req {
@@ -747,14 +900,7 @@ impl Handler for IodHandler {
                     }
                     r = iod.write(handle, offset, data, buffered).await;
                 }
-                match r {
-                    Ok(()) => {
-                        iod.writes.fetch_add(1, Ordering::Relaxed);
-                        iod.maybe_checkpoint(false).await;
-                        Response::Written { len }
-                    }
-                    Err(e) => io_reply(&format!("write of {len} bytes at {offset} of handle {handle}"), e),
-                }
+                self.written(r, handle, offset, len).await
             }
             Request::Extend { handle, len } if len > MAX_PART => Response::error(
                 ErrorCode::Invalid,
@@ -949,6 +1095,7 @@ impl Handler for IodHandler {
                     requests: iod.requests.load(Ordering::Relaxed),
                     cache_memory_bytes: iod.cache.memory_bytes(),
                     direct_write_bytes: iod.store.written_direct(),
+                    landed_write_bytes: iod.landed.load(Ordering::Relaxed),
                 })
             }
             other => Response::error(
@@ -1025,6 +1172,8 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         part_len: Mutex::new(HashMap::new()),
         free: Mutex::new(None),
         incarnation,
+        spare_blocks: Mutex::new(Vec::new()),
+        landed: AtomicU64::new(0),
     });
     if !replay.entries.is_empty() {
         // Into the write cache (the bytes stay in the log until the next
@@ -1041,6 +1190,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         tokio::task::spawn_blocking(move || {
             if let Some(iod) = weak.upgrade() {
                 iod.store.take_write_memory();
+                iod.take_landing_memory();
             }
             take_ahead("data server cache", |most| {
                 weak.upgrade().map(|iod| iod.cache.take_memory(most))

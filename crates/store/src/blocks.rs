@@ -167,18 +167,28 @@ impl BlockStore {
     /// written both ways stays coherent: Linux writes back and drops the
     /// pages of the range a direct write covers.
     pub fn write_streamed(&self, handle: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.write_streamed_pieces(handle, offset, &[data])
+    }
+
+    /// As [`BlockStore::write_streamed`], for bytes in several pieces
+    /// written one after another from `offset` on (blocks that landed in
+    /// buffers of their own): around the page cache with one vectored
+    /// write where each piece lies on a boundary and is a multiple of it
+    /// long, so none is copied into an aligned buffer first.
+    pub fn write_streamed_pieces(&self, handle: u64, offset: u64, pieces: &[&[u8]]) -> io::Result<()> {
         let part = self.file(handle, true)?.expect("created");
         if !self.direct.load(Ordering::Relaxed) {
             // Reads go through the page cache (`--page-cache-reads`, or a
             // file system without direct I/O): keep its pages.
-            return part.file.write_all_at(data, offset);
+            return write_all_pieces(&part.file, pieces, offset);
         }
-        let aligned = offset.is_multiple_of(ALIGN as u64) && data.len().is_multiple_of(ALIGN);
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let aligned = offset.is_multiple_of(ALIGN as u64) && pieces.iter().all(|p| p.len().is_multiple_of(ALIGN));
         if aligned && self.direct_writes.load(Ordering::Relaxed) {
             if let Some(f) = self.direct_file(handle, &part) {
                 let written = {
                     let _alone = part.writing.lock();
-                    self.write_direct(f, offset, data)
+                    self.write_direct(f, offset, pieces)
                 };
                 match written {
                     Ok(()) => return Ok(()),
@@ -190,10 +200,10 @@ impl BlockStore {
                 }
             }
         }
-        part.file.write_all_at(data, offset)?;
+        write_all_pieces(&part.file, pieces, offset)?;
         let start = {
             let (unstarted, started) = &mut *part.streamed.lock();
-            let end = offset + data.len() as u64;
+            let end = offset + len as u64;
             *unstarted = if unstarted.is_empty() {
                 offset..end
             } else {
@@ -301,27 +311,33 @@ impl BlockStore {
         flag.store(false, Ordering::Relaxed);
     }
 
-    /// Writes `data` (a multiple of [`ALIGN`] long, as `at`) to `f`, opened
-    /// `O_DIRECT`: from where it is if it lies on a boundary, otherwise
-    /// from an aligned copy, a [`DIRECT_PIECE`] at a time.
-    fn write_direct(&self, f: &File, at: u64, data: &[u8]) -> Result<(), rustix::io::Errno> {
-        if data.as_ptr().align_offset(ALIGN) == 0 {
-            // Already aligned (a request's payload as the frame reader
-            // places it): written from where it is, no copy.
-            write_direct_at(f, data, at)?;
-            self.written_direct.fetch_add(data.len() as u64, Ordering::Relaxed);
+    /// Writes `pieces` (each a multiple of [`ALIGN`] long, as `at`) one
+    /// after another to `f`, opened `O_DIRECT`: from where they are if each
+    /// lies on a boundary (a request's payload as the frame reader places
+    /// it, or blocks that landed), otherwise from an aligned copy, a
+    /// [`DIRECT_PIECE`] at a time.
+    fn write_direct(&self, f: &File, at: u64, pieces: &[&[u8]]) -> Result<(), rustix::io::Errno> {
+        if pieces.iter().all(|p| p.as_ptr().align_offset(ALIGN) == 0) {
+            write_direct_at(f, pieces, at)?;
+            let len: usize = pieces.iter().map(|p| p.len()).sum();
+            self.written_direct.fetch_add(len as u64, Ordering::Relaxed);
             return Ok(());
         }
         let buf = self.spare.lock().pop();
         let mut buf = buf.unwrap_or_else(|| vec![0u8; DIRECT_PIECE + ALIGN]);
         let pad = buf.as_ptr().align_offset(ALIGN);
-        let r = data.chunks(DIRECT_PIECE).enumerate().try_for_each(|(i, piece)| {
-            let out = &mut buf[pad..pad + piece.len()];
-            out.copy_from_slice(piece);
-            write_direct_at(f, out, at + (i * DIRECT_PIECE) as u64)?;
-            self.written_direct.fetch_add(piece.len() as u64, Ordering::Relaxed);
-            Ok(())
-        });
+        let mut to = at;
+        let r = pieces
+            .iter()
+            .flat_map(|p| p.chunks(DIRECT_PIECE))
+            .try_for_each(|piece| {
+                let out = &mut buf[pad..pad + piece.len()];
+                out.copy_from_slice(piece);
+                write_direct_at(f, &[&*out], to)?;
+                to += piece.len() as u64;
+                self.written_direct.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                Ok(())
+            });
         let mut spare = self.spare.lock();
         if spare.len() < SPARE_MAX {
             spare.push(buf);
@@ -517,19 +533,48 @@ fn read_vectored(f: &File, at: u64, bufs: &mut [&mut [u8]], direct: bool) -> Res
     Ok(got)
 }
 
-/// Writes all of `out` (aligned, as `at`) at `at` of `f`, opened
-/// `O_DIRECT`. A write ends short only where the disk filled: it goes on
-/// from an aligned end (the next write says why it stopped), and an
-/// unaligned one, which could not go on directly, is the disk being full.
-fn write_direct_at(f: &File, out: &[u8], at: u64) -> Result<(), rustix::io::Errno> {
+/// Writes all of `pieces` (each aligned, as `at`), one after another, at
+/// `at` of `f`, opened `O_DIRECT`, with one vectored write where the
+/// kernel takes it all. A write ends short only where the disk filled: it
+/// goes on from an aligned end (the next write says why it stopped), and
+/// an unaligned one, which could not go on directly, is the disk being
+/// full.
+fn write_direct_at(f: &File, pieces: &[&[u8]], at: u64) -> Result<(), rustix::io::Errno> {
+    let total: usize = pieces.iter().map(|p| p.len()).sum();
     let mut done = 0;
-    while done < out.len() {
-        match rustix::io::pwrite(f, &out[done..], at + done as u64) {
-            Ok(n) if n > 0 && (n == out.len() - done || n.is_multiple_of(ALIGN)) => done += n,
+    while done < total {
+        let iov = io_slices(pieces, done);
+        match rustix::io::pwritev(f, &iov, at + done as u64) {
+            Ok(n) if n > 0 && (n == total - done || n.is_multiple_of(ALIGN)) => done += n,
             Ok(_) => return Err(rustix::io::Errno::NOSPC),
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// The pieces' bytes from the `skip`th on, as a vectored write takes them.
+fn io_slices<'a>(pieces: &[&'a [u8]], mut skip: usize) -> Vec<std::io::IoSlice<'a>> {
+    let mut iov = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        iov.push(std::io::IoSlice::new(&p[skip..]));
+        skip = 0;
+    }
+    iov
+}
+
+/// Writes the pieces one after another from `at` on, through the page
+/// cache.
+fn write_all_pieces(f: &File, pieces: &[&[u8]], at: u64) -> io::Result<()> {
+    let mut to = at;
+    for p in pieces {
+        f.write_all_at(p, to)?;
+        to += p.len() as u64;
     }
     Ok(())
 }
@@ -702,6 +747,34 @@ mod tests {
         ] {
             put(at, bytes);
             if at % ALIGN == 0 && bytes.len() % ALIGN == 0 {
+                aligned += bytes.len() as u64;
+            }
+        }
+        // In pieces: blocks of their own (each on a boundary: one vectored
+        // write from where they are), pieces off a boundary (copied), and
+        // pieces of unaligned lengths (through the page cache).
+        let landed = [
+            parcache_mem::Block::from_slice(&block),
+            parcache_mem::Block::from_slice(&big[..65_536]),
+            parcache_mem::Block::from_slice(&big[65_536..3 * 65_536]),
+        ];
+        let landed: Vec<&[u8]> = landed.iter().map(|b| &b[..]).collect();
+        let off = &on_boundary[pad + 1..pad + 1 + 2 * 65_536];
+        let off: [&[u8]; 2] = [&off[..65_536], &off[65_536..]];
+        let odd: [&[u8]; 3] = [&block[..1000], &big[..3000], &block[7..8]];
+        for s in &stores {
+            s.write_streamed_pieces(2, 40 * 65_536, &landed).unwrap();
+            s.write_streamed_pieces(2, 50 * 65_536, &off).unwrap();
+            s.write_streamed_pieces(2, 60 * 65_536 + 7, &odd).unwrap();
+        }
+        for (at, pieces) in [
+            (40 * 65_536, &landed[..]),
+            (50 * 65_536, &off[..]),
+            (60 * 65_536 + 7, &odd[..]),
+        ] {
+            let bytes = pieces.concat();
+            put(at, &bytes);
+            if at % ALIGN == 0 {
                 aligned += bytes.len() as u64;
             }
         }
