@@ -511,7 +511,9 @@ pub fn rm(a: PathArgs) -> Result<()> {
             FileKind::Dir => fs.rmdir(p).await?,
             _ => fs.unlink(p).await?,
         }
-        Ok(())
+        // A small file's parts are removed in the background: waited for
+        // here, or the process ended first and its space stayed taken.
+        Ok(fs.shutdown().await?)
     })
 }
 

@@ -115,6 +115,35 @@ async fn big_and_truncate(c: &Cluster, fs: &Fs, rng: &mut rand_pcg::Pcg64) {
     assert!(got.iter().all(|&b| b == 0), "a file extended by truncate reads zeros");
 }
 
+/// `parcache rm` frees a file's parts on the data servers before it
+/// returns, a small file's too: a file of up to 1 MiB has its parts
+/// removed in the background, which the command used to end before, so
+/// their space stayed taken until `parcache gc` (found with a copy that
+/// filled a small disk: deleting the file left the disk full).
+#[test]
+fn rm_frees_a_small_files_parts_before_it_returns() {
+    let c = Cluster::up("rm-frees", 3);
+    let parts = || -> usize {
+        (0..3)
+            .map(|i| std::fs::read_dir(c.dir.join(format!("iod-{i}/objects"))).map_or(0, |d| d.count()))
+            .sum()
+    };
+    let src = c.dir.join("small.bin");
+    std::fs::write(&src, vec![7u8; 300_000]).unwrap();
+    for name in ["pc:/a", "pc:/b"] {
+        let (ok, _, err) = parcache(&["cp", "--data", c.d(), src.to_str().unwrap(), name]);
+        assert!(ok, "{err}");
+    }
+    // Four whole blocks and a piece over three servers: the whole blocks
+    // are in the block stores now.
+    assert!(parts() >= 2, "{} parts stored", parts());
+    for name in ["pc:/a", "pc:/b"] {
+        let (ok, _, err) = parcache(&["rm", "--data", c.d(), name]);
+        assert!(ok, "{err}");
+    }
+    assert_eq!(parts(), 0, "parts left after rm");
+}
+
 /// `parcache cp` in and out, byte-identical; the command line's errors name the path.
 #[test]
 fn cp_round_trips_and_errors_name_the_path() {
