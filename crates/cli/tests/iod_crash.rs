@@ -809,3 +809,47 @@ async fn a_data_server_in_a_small_memory_cgroup_takes_only_what_it_may() {
     drop(cg);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Four connections race buffered writes of the same whole blocks (four
+/// at a time), 3,000 times: afterwards the data server's cache (what a
+/// read answers) and its block store (what it answers once the cache lets
+/// the blocks go) hold the same bytes. Each write goes straight to the
+/// block store and then into the cache; the second step used to race,
+/// and in 3,000 rounds 3 to 5 left the cache with one writer's bytes and
+/// the disk with another's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_whole_block_writes_leave_the_cache_and_the_disk_agreeing() {
+    const B: usize = 64 << 10;
+    let dir = temp_dir("iod-race");
+    let secret = Secret::generate();
+    secret.save(&dir.join("secret")).unwrap();
+    let iod = Iod::start(&dir);
+    let a = Client::connect(&iod.addr, &secret).await.unwrap();
+    let b = Client::connect(&iod.addr, &secret).await.unwrap();
+    let c = Client::connect(&iod.addr, &secret).await.unwrap();
+    let d = Client::connect(&iod.addr, &secret).await.unwrap();
+    let mut diverged = 0;
+    for round in 0..3000u64 {
+        let k = round % 8;
+        let v = |i: u64| vec![(round * 4 + i) as u8; 4 * B];
+        let (x, y, z, w) = (v(0), v(1), v(2), v(3));
+        let req = Request::WriteBuffered {
+            handle: 9,
+            offset: k * 4 * B as u64,
+        };
+        let (ra, rb, rc, rd) = tokio::join!(a.call(&req, &x), b.call(&req, &y), c.call(&req, &z), d.call(&req, &w));
+        for r in [ra, rb, rc, rd] {
+            assert!(matches!(r.unwrap().0, Response::Written { .. }));
+        }
+        let cached = get(&a, 9, k * 4 * B as u64, 4 * B as u64).await;
+        let disk = std::fs::read(dir.join("objects/0000000000000009")).unwrap();
+        let at = (k * 4 * B as u64) as usize;
+        if disk.len() >= at + 4 * B && cached[..] != disk[at..at + 4 * B] {
+            diverged += 1;
+            eprintln!("round {round}: cache {} disk {}", cached[0], disk[at]);
+        }
+    }
+    assert_eq!(diverged, 0, "rounds where the cache and the disk disagree");
+    drop(iod);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

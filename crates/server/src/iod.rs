@@ -217,7 +217,16 @@ struct Iod {
     /// Bytes of written blocks the cache took in the memory they landed in
     /// ([`ServerStats::landed_write_bytes`]).
     landed: AtomicU64,
+    /// Held by a direct write of a part (by its handle's stripe) from its
+    /// write to the block store until its blocks are in the cache: two
+    /// writes of the same block then reach the cache in the order they
+    /// reached the disk. Racing writes from two connections left the
+    /// cache holding one's bytes and the disk the other's.
+    direct_order: Vec<tokio::sync::Mutex<()>>,
 }
+
+/// Stripes of [`Iod::direct_order`].
+const DIRECT_ORDER_STRIPES: usize = 64;
 
 /// Blocks of memory kept for writes to land in, at most (4 MiB).
 const SPARE_BLOCKS: usize = 64;
@@ -327,6 +336,7 @@ impl Iod {
     /// block replaces the cache's clean copy, or becomes one (the read
     /// cache). Called with the gate held.
     async fn write_direct(&self, handle: u64, offset: u64, data: Bytes) -> io::Result<()> {
+        let _order = self.direct_order(handle).await;
         let len = data.len() as u64;
         self.direct.placed(handle);
         self.below.touched.lock().insert(handle);
@@ -347,6 +357,14 @@ impl Iod {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Holds the direct writes of `handle`'s part (and of the parts that
+    /// share its stripe) back until this one's blocks are in the cache.
+    async fn direct_order(&self, handle: u64) -> tokio::sync::MutexGuard<'_, ()> {
+        self.direct_order[(handle % DIRECT_ORDER_STRIPES as u64) as usize]
+            .lock()
+            .await
     }
 
     /// Buffers for the payload of a buffered write of `len` bytes at
@@ -406,6 +424,7 @@ impl Iod {
         if !self.may_place(handle, offset, len) {
             return Err(blocks);
         }
+        let _order = self.direct_order(handle).await;
         self.direct.placed(handle);
         self.below.touched.lock().insert(handle);
         let written = self
@@ -1174,6 +1193,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         incarnation,
         spare_blocks: Mutex::new(Vec::new()),
         landed: AtomicU64::new(0),
+        direct_order: (0..DIRECT_ORDER_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
     });
     if !replay.entries.is_empty() {
         // Into the write cache (the bytes stay in the log until the next
