@@ -217,16 +217,7 @@ struct Iod {
     /// Bytes of written blocks the cache took in the memory they landed in
     /// ([`ServerStats::landed_write_bytes`]).
     landed: AtomicU64,
-    /// Held by a direct write of a part (by its handle's stripe) from its
-    /// write to the block store until its blocks are in the cache: two
-    /// writes of the same block then reach the cache in the order they
-    /// reached the disk. Racing writes from two connections left the
-    /// cache holding one's bytes and the disk the other's.
-    direct_order: Vec<tokio::sync::Mutex<()>>,
 }
-
-/// Stripes of [`Iod::direct_order`].
-const DIRECT_ORDER_STRIPES: usize = 64;
 
 /// Blocks of memory kept for writes to land in, at most (4 MiB).
 const SPARE_BLOCKS: usize = 64;
@@ -310,7 +301,7 @@ impl Iod {
     /// its bytes in the write cache; a buffered write of whole blocks the
     /// log and the cache hold nothing of goes to the block store directly
     /// ([`crate::direct`]).
-    async fn write(&self, handle: u64, offset: u64, data: Bytes, buffered: bool) -> io::Result<()> {
+    async fn write(self: &Arc<Self>, handle: u64, offset: u64, data: Bytes, buffered: bool) -> io::Result<()> {
         let _g = self.gate.read().await;
         let len = data.len() as u64;
         if buffered && DirectWrites::whole_blocks(offset, len, IOD_BLOCK) && self.may_place(handle, offset, len) {
@@ -334,37 +325,41 @@ impl Iod {
     /// meanwhile is written through the log and the cache after all (this
     /// write then comes last, in the log and the cache alike). Each other
     /// block replaces the cache's clean copy, or becomes one (the read
-    /// cache). Called with the gate held.
-    async fn write_direct(&self, handle: u64, offset: u64, data: Bytes) -> io::Result<()> {
-        let _order = self.direct_order(handle).await;
+    /// cache), before the part's next write goes to the disk: the cache
+    /// gets a part's writes in the disk's order (four connections racing
+    /// writes of the same blocks left the cache with one writer's bytes
+    /// and the disk with another's). Called with the gate held.
+    async fn write_direct(self: &Arc<Self>, handle: u64, offset: u64, data: Bytes) -> io::Result<()> {
         let len = data.len() as u64;
         self.direct.placed(handle);
         self.below.touched.lock().insert(handle);
         // On a blocking thread: a page-cache write may wait for the disk
         // (the kernel throttles writers of many dirty pages).
-        let d = data.clone();
-        self.blocking(move |s| s.write_streamed(handle, offset, &d)).await?;
-        self.grow(handle, offset + len);
+        let iod = Arc::clone(self);
         let b = IOD_BLOCK as usize;
-        for (i, piece) in data.chunks(b).enumerate() {
+        let (data, busy) = self
+            .blocking(move |s| {
+                s.write_streamed_then(handle, offset, &mut vec![data], |d| {
+                    iod.grow(handle, offset + len);
+                    let data = std::mem::take(&mut d[0]);
+                    let busy: Vec<usize> = (0..data.len().div_ceil(b))
+                        .filter(|&i| {
+                            let k = offset / b as u64 + i as u64;
+                            let piece = &data[i * b..((i + 1) * b).min(data.len())];
+                            !(iod.direct.may_place(handle, k, IOD_BLOCK)
+                                && iod.cache.place_clean(BlockKey::new(handle, k), piece) != Placed::Busy)
+                        })
+                        .collect();
+                    (data, busy)
+                })
+            })
+            .await?;
+        for i in busy {
             let k = offset / b as u64 + i as u64;
-            if self.direct.may_place(handle, k, IOD_BLOCK)
-                && self.cache.place_clean(BlockKey::new(handle, k), piece) != Placed::Busy
-            {
-                continue;
-            }
             self.write_logged(handle, k * b as u64, data.slice(i * b..(i + 1) * b), true)
                 .await?;
         }
         Ok(())
-    }
-
-    /// Holds the direct writes of `handle`'s part (and of the parts that
-    /// share its stripe) back until this one's blocks are in the cache.
-    async fn direct_order(&self, handle: u64) -> tokio::sync::MutexGuard<'_, ()> {
-        self.direct_order[(handle % DIRECT_ORDER_STRIPES as u64) as usize]
-            .lock()
-            .await
     }
 
     /// Buffers for the payload of a buffered write of `len` bytes at
@@ -418,54 +413,74 @@ impl Iod {
     /// write). `Err` gives the blocks back when the write cannot go so
     /// (the log or the cache came to hold some of it, or the store
     /// refused it): the caller writes them the usual way, which says why.
-    async fn write_landed(&self, handle: u64, offset: u64, blocks: Vec<Block>) -> Result<io::Result<()>, Vec<Block>> {
+    async fn write_landed(
+        self: &Arc<Self>,
+        handle: u64,
+        offset: u64,
+        blocks: Vec<Block>,
+    ) -> Result<io::Result<()>, Vec<Block>> {
         let _g = self.gate.read().await;
         let len: u64 = blocks.iter().map(|k| k.len() as u64).sum();
         if !self.may_place(handle, offset, len) {
             return Err(blocks);
         }
-        let _order = self.direct_order(handle).await;
         self.direct.placed(handle);
         self.below.touched.lock().insert(handle);
+        // Placed before the part's next write goes to the disk, as in
+        // `write_direct`.
+        let iod = Arc::clone(self);
         let written = self
             .blocking(move |s| {
-                let pieces: Vec<&[u8]> = blocks.iter().map(|k| &k[..]).collect();
-                let r = s.write_streamed_pieces(handle, offset, &pieces);
+                let mut blocks = blocks;
+                let r = s.write_streamed_then(handle, offset, &mut blocks, |blocks| {
+                    iod.grow(handle, offset + len);
+                    iod.place_landed(handle, offset, blocks)
+                });
                 Ok((blocks, r))
             })
             .await;
-        let blocks = match written {
-            Ok((blocks, Ok(()))) => blocks,
+        let busy = match written {
+            Ok((_, Ok(busy))) => busy,
             Ok((blocks, Err(_))) => return Err(blocks),
             Err(e) => return Ok(Err(e)),
         };
-        self.grow(handle, offset + len);
-        let b = IOD_BLOCK as u64;
-        for (i, block) in blocks.into_iter().enumerate() {
-            let k = offset / b + i as u64;
-            let block = if self.direct.may_place(handle, k, IOD_BLOCK) {
-                match self.cache.place_clean_block(BlockKey::new(handle, k), block) {
-                    Ok(old) => {
-                        self.landed.fetch_add(IOD_BLOCK as u64, Ordering::Relaxed);
-                        self.keep_spare(old);
-                        continue;
-                    }
-                    Err((Placed::NoRoom, block)) => {
-                        self.keep_spare(block);
-                        continue;
-                    }
-                    Err((Placed::Busy | Placed::Cached, block)) => block,
-                }
-            } else {
-                block
-            };
-            // Reached by a logged write, a fetch or a cut meanwhile: through
-            // the log and the cache after all, as in `write_direct`.
-            if let Err(e) = self.write_logged(handle, k * b, Bytes::from(block), true).await {
+        // Reached by a logged write, a fetch or a cut meanwhile: through
+        // the log and the cache after all, as in `write_direct`.
+        for (k, block) in busy {
+            if let Err(e) = self
+                .write_logged(handle, k * IOD_BLOCK as u64, Bytes::from(block), true)
+                .await
+            {
                 return Ok(Err(e));
             }
         }
         Ok(Ok(()))
+    }
+
+    /// Makes each of `blocks` (from block `offset` of `handle`'s part on,
+    /// just written to the block store) the cache's clean copy with its
+    /// own memory, keeping the memory the cache gives back; returns those
+    /// the cache or the log holds bytes of now, with their block's index,
+    /// for the log and the cache to take after all.
+    fn place_landed(&self, handle: u64, offset: u64, blocks: &mut Vec<Block>) -> Vec<(u64, Block)> {
+        let b = IOD_BLOCK as u64;
+        let mut busy = Vec::new();
+        for (i, block) in blocks.drain(..).enumerate() {
+            let k = offset / b + i as u64;
+            if !self.direct.may_place(handle, k, IOD_BLOCK) {
+                busy.push((k, block));
+                continue;
+            }
+            match self.cache.place_clean_block(BlockKey::new(handle, k), block) {
+                Ok(old) => {
+                    self.landed.fetch_add(IOD_BLOCK as u64, Ordering::Relaxed);
+                    self.keep_spare(old);
+                }
+                Err((Placed::NoRoom, block)) => self.keep_spare(block),
+                Err((Placed::Busy | Placed::Cached, block)) => busy.push((k, block)),
+            }
+        }
+        busy
     }
 
     /// The log then the cache (see [`Iod::write`]). Called with the gate held.
@@ -1193,7 +1208,6 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         incarnation,
         spare_blocks: Mutex::new(Vec::new()),
         landed: AtomicU64::new(0),
-        direct_order: (0..DIRECT_ORDER_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
     });
     if !replay.entries.is_empty() {
         // Into the write cache (the bytes stay in the log until the next

@@ -41,12 +41,13 @@ struct Part {
     /// to the disk it has not started (a range covering them; empty when
     /// none), and the range it started last.
     streamed: Mutex<(std::ops::Range<u64>, std::ops::Range<u64>)>,
-    /// Held by a direct write. Linux holds the file's lock for the whole
-    /// of a direct write that extends it, and the writers waiting for it
-    /// spun: 8 % of all CPU samples during a `parcache cp` of 1 GiB. Here
-    /// they sleep instead: a futex mutex (std's), as parking_lot's yields
-    /// the CPU up to seven times before it sleeps, and those `sched_yield`
-    /// calls were 7 % of a data server's samples during that copy.
+    /// Held by a streamed write ([`BlockStore::write_streamed_then`]). Linux
+    /// holds the file's lock for the whole of a direct write that extends
+    /// it, and the writers waiting for it spun: 8 % of all CPU samples
+    /// during a `parcache cp` of 1 GiB. Here they sleep instead: a futex
+    /// mutex (std's), as parking_lot's yields the CPU up to seven times
+    /// before it sleeps, and those `sched_yield` calls were 7 % of a data
+    /// server's samples during that copy.
     writing: std::sync::Mutex<()>,
 }
 
@@ -169,16 +170,34 @@ impl BlockStore {
     /// written both ways stays coherent: Linux writes back and drops the
     /// pages of the range a direct write covers.
     pub fn write_streamed(&self, handle: u64, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.write_streamed_pieces(handle, offset, &[data])
+        self.write_streamed_then(handle, offset, &mut vec![data], |_| ())
     }
 
     /// As [`BlockStore::write_streamed`], for bytes in several pieces
-    /// written one after another from `offset` on (blocks that landed in
-    /// buffers of their own): around the page cache with one vectored
-    /// write where each piece lies on a boundary and is a multiple of it
-    /// long, so none is copied into an aligned buffer first.
-    pub fn write_streamed_pieces(&self, handle: u64, offset: u64, pieces: &[&[u8]]) -> io::Result<()> {
+    /// (`items`) written one after another from `offset` on (blocks that
+    /// landed in buffers of their own): around the page cache with one
+    /// vectored write where each piece lies on a boundary and is a
+    /// multiple of it long, so none is copied into an aligned buffer
+    /// first. Once they are written, `then` is given them while the
+    /// part's next streamed write waits: what it updates (a data server's
+    /// cache) sees the part's writes in the order the part got them.
+    pub fn write_streamed_then<T: AsRef<[u8]>, R>(
+        &self,
+        handle: u64,
+        offset: u64,
+        items: &mut Vec<T>,
+        then: impl FnOnce(&mut Vec<T>) -> R,
+    ) -> io::Result<R> {
         let part = self.file(handle, true)?.expect("created");
+        let _turn = part.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let pieces: Vec<&[u8]> = items.iter().map(AsRef::as_ref).collect();
+        self.write_streamed_pieces(handle, &part, offset, &pieces)?;
+        drop(pieces);
+        Ok(then(items))
+    }
+
+    /// The write of [`BlockStore::write_streamed_then`], the part's turn held.
+    fn write_streamed_pieces(&self, handle: u64, part: &Part, offset: u64, pieces: &[&[u8]]) -> io::Result<()> {
         if !self.direct.load(Ordering::Relaxed) {
             // Reads go through the page cache (`--page-cache-reads`, or a
             // file system without direct I/O): keep its pages.
@@ -187,11 +206,8 @@ impl BlockStore {
         let len: usize = pieces.iter().map(|p| p.len()).sum();
         let aligned = offset.is_multiple_of(ALIGN as u64) && pieces.iter().all(|p| p.len().is_multiple_of(ALIGN));
         if aligned && self.direct_writes.load(Ordering::Relaxed) {
-            if let Some(f) = self.direct_file(handle, &part) {
-                let written = {
-                    let _alone = part.writing.lock().unwrap_or_else(|e| e.into_inner());
-                    self.write_direct(f, offset, pieces)
-                };
+            if let Some(f) = self.direct_file(handle, part) {
+                let written = self.write_direct(f, offset, pieces);
                 match written {
                     Ok(()) => return Ok(()),
                     // The file system takes the open but not the write:
@@ -765,9 +781,24 @@ mod tests {
         let off: [&[u8]; 2] = [&off[..65_536], &off[65_536..]];
         let odd: [&[u8]; 3] = [&block[..1000], &big[..3000], &block[7..8]];
         for s in &stores {
-            s.write_streamed_pieces(2, 40 * 65_536, &landed).unwrap();
-            s.write_streamed_pieces(2, 50 * 65_536, &off).unwrap();
-            s.write_streamed_pieces(2, 60 * 65_536 + 7, &odd).unwrap();
+            for (at, pieces) in [
+                (40 * 65_536, &landed[..]),
+                (50 * 65_536, &off[..]),
+                (60 * 65_536 + 7, &odd[..]),
+            ] {
+                // `then` gets the pieces back once they are written.
+                let end = at + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+                let n = s
+                    .write_streamed_then(2, at, &mut pieces.to_vec(), |items| {
+                        assert!(
+                            s.read(2, 0, 1 << 30).unwrap().len() as u64 >= end,
+                            "written before `then`"
+                        );
+                        items.len()
+                    })
+                    .unwrap();
+                assert_eq!(n, pieces.len());
+            }
         }
         for (at, pieces) in [
             (40 * 65_536, &landed[..]),
