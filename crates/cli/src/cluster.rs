@@ -917,6 +917,14 @@ fn print_status(r: &StatusReport) -> Result<()> {
             n.stats.served
         )?;
         let st = &n.stats;
+        if st.local_part_reads + st.local_part_refused > 0 {
+            outln!(
+                "        local reads (blocks read from this machine's data servers' part files): {}, \
+                 refused while a part's bytes were in its server's write log: {}",
+                st.local_part_reads,
+                st.local_part_refused
+            )?;
+        }
         let bypasses =
             st.local_read_bypasses + st.local_write_bypasses + st.global_read_bypasses + st.global_write_bypasses;
         if bypasses + st.global_hits + st.global_misses > 0 {

@@ -1044,3 +1044,119 @@ async fn a_data_server_killed_during_a_cold_read_leaves_no_wrong_byte() {
         }
     }
 }
+
+/// Opens `path` on node `fs`, reads `len` bytes at each of `offsets` and
+/// closes it.
+async fn read_pieces_opened(fs: &Fs, path: &str, offsets: &[u64], len: u64) -> Vec<Vec<u8>> {
+    let a = fs.resolve(path).await.unwrap();
+    let a = fs.getattr_to_open(a.handle).await.unwrap();
+    let a = fs.open(&a, false).await.unwrap();
+    let mut out = Vec::new();
+    for &o in offsets {
+        out.push(fs.read_at(&a, o, len).await.unwrap());
+    }
+    fs.close(&a, false).await.unwrap();
+    out
+}
+
+/// Local reads (docs/client.md): a node on the data servers' machine reads
+/// a random reader's missed blocks from their part files. It sees what
+/// the servers would answer: another node's change, logged at a data
+/// server and not yet in the part's file, once its open finds the file
+/// changed; its own write after it sent it; and it reads nothing itself
+/// with `local_reads` off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_reads_read_part_files_and_see_every_change_the_servers_would_answer() {
+    let c = Cluster::up("local-reads", 2);
+    let w = c.fs().await;
+    let a = w.create("/f", 0o644, true).await.unwrap();
+    const MIB: u64 = 1 << 20;
+    let mut model: Vec<u8> = (0..16 * MIB).map(|i| (i % 251) as u8).collect();
+    // Whole blocks: they go to the part files directly, not to the log.
+    w.write_at(&a, 0, &model).await.unwrap();
+    w.close(&a, true).await.unwrap();
+    // Far apart: each a random reader's fetch, not a sequential one's;
+    // blocks of both data servers' parts.
+    let offsets: Vec<u64> = (0..8).map(|i| ((i * 5) % 16) * MIB + (65536 + 4096) * i).collect();
+    let want = |model: &[u8]| -> Vec<Vec<u8>> {
+        offsets
+            .iter()
+            .map(|&o| model[o as usize..(o + 4096) as usize].to_vec())
+            .collect()
+    };
+
+    let r = c.fs().await;
+    assert!(read_pieces_opened(&r, "/f", &offsets, 4096).await == want(&model));
+    let local = r.node_stats().local_part_reads;
+    assert!(local >= 4, "{local} local reads of 8 random blocks");
+
+    // Another node changes 100 bytes inside a block `r` read: logged at
+    // its data server (a part of a block), not in the part's file.
+    let o = w.resolve("/f").await.unwrap();
+    let o = w.getattr_to_open(o.handle).await.unwrap();
+    let o = w.open(&o, true).await.unwrap();
+    let at = offsets[3] + 10;
+    w.write_at(&o, at, &[7u8; 100]).await.unwrap();
+    w.close(&o, true).await.unwrap();
+    model[at as usize..at as usize + 100].fill(7);
+    // `r` opens again: its cached blocks and part files go, and the
+    // server of the logged bytes refuses its file now.
+    let got = read_pieces_opened(&r, "/f", &offsets, 4096).await;
+    assert!(
+        got == want(&model),
+        "a node read a part's file without another node's change"
+    );
+    assert!(
+        r.node_stats().local_part_refused >= 1,
+        "the server of the logged change refused its file"
+    );
+
+    // A node's own change: logged at the data server, so the part file it
+    // read before lacks it. With a pool of 16 blocks, reading 4 MiB
+    // elsewhere pushes the changed block out of its cache; reading it again
+    // must not come from that file.
+    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
+    let mds = c.info()["mds"].as_str().unwrap().to_string();
+    let small = parcache_client::NodeCacheConfig {
+        pool_bytes: MIB,
+        ..Default::default()
+    };
+    let s = Fs::connect_with(&mds, &secret, small).await.unwrap();
+    let h = s.resolve("/f").await.unwrap();
+    let h = s.getattr_to_open(h.handle).await.unwrap();
+    let h = s.open(&h, true).await.unwrap();
+    // A block of a part whose server still lends its file (the other
+    // holds the logged change above).
+    let mut mine = None;
+    for &o in &offsets {
+        let before = s.node_stats().local_part_reads;
+        assert!(s.read_at(&h, o, 4096).await.unwrap() == model[o as usize..o as usize + 4096]);
+        if s.node_stats().local_part_reads > before {
+            mine = Some(o);
+            break;
+        }
+    }
+    let mine = mine.unwrap_or_else(|| panic!("no block came from its part's file: {:?}", s.node_stats()));
+    s.write_at(&h, mine + 10, &[9u8; 10]).await.unwrap();
+    s.flush(&h).await.unwrap();
+    model[mine as usize + 10..mine as usize + 20].fill(9);
+    assert!(s.read_at(&h, 10 * MIB, 4 * MIB).await.unwrap() == model[10 * MIB as usize..14 * MIB as usize]);
+    let got = s.read_at(&h, mine, 4096).await.unwrap();
+    assert!(
+        got == model[mine as usize..mine as usize + 4096],
+        "a node read a part's file without its own change"
+    );
+    s.close(&h, true).await.unwrap();
+
+    // A node told not to reads through the data servers only.
+    let off = parcache_client::NodeCacheConfig {
+        local_reads: false,
+        ..Default::default()
+    };
+    let n = Fs::connect_with(&mds, &secret, off).await.unwrap();
+    assert!(read_pieces_opened(&n, "/f", &offsets, 4096).await == want(&model));
+    assert_eq!(n.node_stats().local_part_reads, 0);
+    for fs in [w, r, s, n] {
+        fs.shutdown().await.unwrap();
+    }
+}

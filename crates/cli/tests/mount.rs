@@ -4067,7 +4067,8 @@ fn a_reader_on_another_node_follows_a_growing_log() {
 
 /// The default prefetch, `read-ahead`, on a real mount: random reads fetch
 /// only the blocks they read (one-block-ahead fetched one more each,
-/// Cortes et al. 1996 §7.4), and a sequential read finds blocks it fetched
+/// Cortes et al. 1996 §7.4), from the data servers' part files on this
+/// machine (local reads), and a sequential read finds blocks it fetched
 /// ahead. The counters are the node's, as `parcache status` reports them.
 #[test]
 fn random_reads_fetch_only_their_blocks_and_sequential_ones_read_ahead() {
@@ -4096,6 +4097,9 @@ fn random_reads_fetch_only_their_blocks_and_sequential_ones_read_ahead() {
         (10, 10),
         "random reads fetched blocks nobody read: {later:#?}"
     );
+    // Every data server runs on this machine and the file was written in
+    // whole blocks: b read each block from its part's file (local reads).
+    assert_eq!(stat(&later, &b, "local_part_reads"), 10, "{later:#?}");
     drop(f);
     // Sequentially, from the file's start: the ten blocks read at random
     // are hits, and so are some blocks fetched ahead (11-18 of the other

@@ -2,6 +2,7 @@
 //! bytes on the data servers, with the requests to different servers in
 //! flight at once, and bounded retries of a server that went away.
 
+use crate::local_part::{LocalParts, LocalReadStats, MayBlock};
 use crate::peer::Peer;
 use crate::read_batch::{Piece, ReadQueue};
 use crate::write_batch::WriteQueue;
@@ -69,6 +70,9 @@ pub struct DataPath {
     /// crashed may have lost them; the file's `fsync` then says `EIO`
     /// ([`DataPath::check_kept`]).
     unsynced: SyncMutex<HashMap<u64, Vec<Unsynced>>>,
+    /// Part files of data servers on this machine that this node reads
+    /// itself.
+    local: LocalParts,
     me: Weak<DataPath>,
 }
 
@@ -110,17 +114,20 @@ struct Known {
 }
 
 impl DataPath {
-    pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32) -> Arc<Self> {
-        Arc::new_cyclic(|me| DataPath::made(addrs, secret, block_size, me.clone()))
+    /// `local_reads`: read a random reader's missed blocks from the part
+    /// files of data servers on this machine ([`crate::local_part`]).
+    pub fn new(addrs: Vec<String>, secret: Secret, block_size: u32, local_reads: bool) -> Arc<Self> {
+        Arc::new_cyclic(|me| DataPath::made(addrs, secret, block_size, local_reads, me.clone()))
     }
 
-    fn made(addrs: Vec<String>, secret: Secret, block_size: u32, me: Weak<DataPath>) -> Self {
+    fn made(addrs: Vec<String>, secret: Secret, block_size: u32, local_reads: bool, me: Weak<DataPath>) -> Self {
         let iods: Vec<Arc<Peer>> = addrs
             .into_iter()
             .enumerate()
             .map(|(i, addr)| Arc::new(Peer::new(format!("data server {i}"), addr, secret.clone())))
             .collect();
         DataPath {
+            local: LocalParts::new(local_reads, iods.len()),
             batches: iods
                 .iter()
                 .enumerate()
@@ -330,6 +337,7 @@ impl DataPath {
     }
 
     pub fn forget(&self, handle: u64) {
+        self.local.forget(handle);
         self.placements.lock().remove(&handle);
         self.fresh.lock().remove(&handle);
         self.on_metadata.lock().remove(&handle);
@@ -353,6 +361,20 @@ impl DataPath {
     /// data servers.
     fn touch(&self, handle: u64) {
         self.fresh.lock().remove(&handle);
+        // The change may be logged at a data server, where its part's
+        // file lacks it.
+        self.local.forget(handle);
+    }
+
+    /// Counters of this node's local reads.
+    pub fn local_read_stats(&self) -> LocalReadStats {
+        self.local.stats()
+    }
+
+    /// Tells when a thread may make a local read itself
+    /// ([`crate::local_part`]): a mount says, when no other request waits.
+    pub fn set_local_may_block(&self, f: MayBlock) {
+        self.local.set_may_block(f);
     }
 
     fn placement(&self, handle: u64) -> Result<Placement> {
@@ -792,7 +814,26 @@ impl Below for DataPath {
         &self,
         key: BlockKey,
         buf: parcache_proto::Block,
-        _prefetch: bool,
+        prefetch: bool,
+    ) -> (parcache_proto::Block, std::result::Result<usize, BelowError>) {
+        self.fetch_into_maybe_here(key, buf, prefetch, true).await
+    }
+
+    fn discarded(&self, file: u64) {
+        self.local.forget(file);
+    }
+}
+
+impl DataPath {
+    /// [`Below::fetch_into`]; with `local`, a random reader's fetch from a
+    /// data server on this machine may read its part's file here
+    /// ([`crate::local_part`]).
+    pub(crate) async fn fetch_into_maybe_here(
+        &self,
+        key: BlockKey,
+        buf: parcache_proto::Block,
+        prefetch: bool,
+        local: bool,
     ) -> (parcache_proto::Block, std::result::Result<usize, BelowError>) {
         let bs = self.block_size as u64;
         let queued = (!self.maybe_on_metadata(key.file))
@@ -804,13 +845,23 @@ impl Below for DataPath {
                     return None;
                 };
                 let pos = c.server as usize;
-                let q = self.reads.get(k.placement.servers[pos] as usize)?.clone();
-                Some((q, c.server_offset, c.len, need(&k, pos, c.server_offset, c.len)))
+                let s = k.placement.servers[pos];
+                let q = self.reads.get(s as usize)?.clone();
+                Some((q, s, c.server_offset, c.len, need(&k, pos, c.server_offset, c.len)))
             });
-        let Some((q, off, len, need)) = queued else {
+        let Some((q, s, off, len, need)) = queued else {
             return copied(buf, self.fetch(key).await);
         };
-        match q.read_into(key.file, off, len, need, Some(buf)).await {
+        let alone = q.alone(key.file, off, len);
+        let buf = if alone && local && !prefetch && self.local.may_try(s) {
+            match self.local.read(self, (s, key.file), off, len, need, buf).await {
+                Ok((b, n)) => return (b, Ok(n)),
+                Err(b) => b,
+            }
+        } else {
+            buf
+        };
+        match q.read_as(alone, key.file, off, len, need, Some(buf)).await {
             Ok(Piece::Landed(v)) => {
                 let n = v.len();
                 (v, Ok(n))

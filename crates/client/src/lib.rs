@@ -17,6 +17,7 @@ mod data;
 mod dir_hold;
 mod files;
 mod global;
+pub mod local_part;
 mod namespace;
 mod nv;
 mod peer;
@@ -27,6 +28,7 @@ mod tier;
 mod write_batch;
 
 pub use data::{DataPath, Placement};
+pub use local_part::{LocalReadStats, MayBlock};
 pub use nv::{NvConfig, NvStats};
 use peer::Peer;
 pub use peer::DEFAULT_RETRIES;
@@ -224,7 +226,7 @@ impl Fs {
                 p.knows_incarnation(incarnation);
                 p
             }),
-            data: DataPath::new(addrs, secret.clone(), cache.block_size),
+            data: DataPath::new(addrs, secret.clone(), cache.block_size, cache.local_reads),
             cache,
             pools: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
@@ -330,6 +332,15 @@ impl Fs {
     /// which answers its callbacks by calling `forget` with the file's
     /// handle, and calls `forget(None)` when the connection to the server
     /// is lost (a restarted server knows of no lease).
+    /// Tells when a thread may make a local read (a block read from a
+    /// data server's part file on this machine, [`local_part`]) itself
+    /// rather than on a thread of its own: a mount says, when no other
+    /// request waits for the thread that reads them. Once; unset, always
+    /// (when no other local read is in progress).
+    pub fn set_local_may_block(&self, f: MayBlock) {
+        self.data.set_local_may_block(f);
+    }
+
     pub fn lease_kernel_cache(&self, forget: KernelForget) {
         if self.kernel.set(forget.clone()).is_err() {
             return;

@@ -26,6 +26,10 @@ pub struct NodeCacheConfig {
     /// The node's durable write cache for `nv=on` files (`--nv-dir`,
     /// `--nv-mib`); without one such files are written through, durably.
     pub nv: Option<crate::NvConfig>,
+    /// Read a random reader's missed blocks from the part files of data
+    /// servers on this machine, without asking them (`--no-local-reads`
+    /// turns it off; `crate::local_part`).
+    pub local_reads: bool,
 }
 
 impl Default for NodeCacheConfig {
@@ -38,6 +42,7 @@ impl Default for NodeCacheConfig {
             aux_buffers: 16,
             global_bytes: 64 << 20,
             nv: None,
+            local_reads: true,
         }
     }
 }

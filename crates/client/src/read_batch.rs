@@ -92,6 +92,33 @@ impl ReadQueue {
         need: u64,
         into: Option<Block>,
     ) -> Result<Piece> {
+        let alone = self.alone(handle, offset, len);
+        self.read_as(alone, handle, offset, len, need, into).await
+    }
+
+    /// Whether a fetch of `len` bytes at `offset` of the handle's part
+    /// goes alone, at once (a random reader's: not near where the last
+    /// fetch from this server ended, and no batch forming), rather than
+    /// joining a batch; notes where it ends. Ask once per fetch.
+    pub(crate) fn alone(&self, handle: u64, offset: u64, len: u64) -> bool {
+        let mut st = self.state.lock();
+        let sequential = st
+            .last
+            .is_some_and(|(h, end)| h == handle && offset.abs_diff(end) <= NEAR);
+        st.last = Some((handle, offset + len));
+        !sequential && !st.sending
+    }
+
+    /// [`ReadQueue::read_into`], with [`ReadQueue::alone`] already asked.
+    pub(crate) async fn read_as(
+        self: &Arc<Self>,
+        alone: bool,
+        handle: u64,
+        offset: u64,
+        len: u64,
+        need: u64,
+        into: Option<Block>,
+    ) -> Result<Piece> {
         let (done, rx) = oneshot::channel();
         let fetch = Fetch {
             handle,
@@ -101,26 +128,15 @@ impl ReadQueue {
             into,
             done,
         };
-        let alone = {
-            let mut st = self.state.lock();
-            let sequential = st
-                .last
-                .is_some_and(|(h, end)| h == handle && offset.abs_diff(end) <= NEAR);
-            st.last = Some((handle, offset + len));
-            if !sequential && !st.sending {
-                // Not a sequential reader's, and no batch forming: sent
-                // at once, with no hop to a sender (a random reader's).
-                Some(fetch)
-            } else {
-                st.waiting.push(fetch);
-                if !std::mem::replace(&mut st.sending, true) {
-                    tokio::spawn(self.clone().send_all());
-                }
-                None
-            }
-        };
-        if let Some(fetch) = alone {
+        if alone {
+            // Sent at once, with no hop to a sender.
             self.send(vec![fetch]).await;
+        } else {
+            let mut st = self.state.lock();
+            st.waiting.push(fetch);
+            if !std::mem::replace(&mut st.sending, true) {
+                tokio::spawn(self.clone().send_all());
+            }
         }
         rx.await.unwrap_or_else(|_| Err(self.abandoned()))
     }

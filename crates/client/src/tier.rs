@@ -127,6 +127,9 @@ impl Fs {
         s.served = t.served.load(Ordering::Relaxed);
         self.global.stats(&mut s);
         self.nv_counters(&mut s);
+        let l = self.data.local_read_stats();
+        s.local_part_reads = l.reads;
+        s.local_part_refused = l.refused;
         s
     }
 
@@ -683,7 +686,13 @@ impl Below for NodeBelow {
         if let Some(fs) = fs {
             fs.hold_block(key.file, key.index).await;
         }
-        self.data.fetch_into(key, buf, prefetch).await
+        // Local reads only where no peer's cache takes part.
+        let local = self.kind == CooperativeKind::None;
+        self.data.fetch_into_maybe_here(key, buf, prefetch, local).await
+    }
+
+    fn discarded(&self, file: u64) {
+        Below::discarded(&*self.data, file);
     }
 
     fn wants_evictions(&self) -> bool {

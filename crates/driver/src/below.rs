@@ -1,7 +1,7 @@
 //! The level below a cache, as the driver sees it.
 
 use bytes::Bytes;
-use parcache_core::BlockKey;
+use parcache_core::{BlockKey, FileId};
 use parcache_mem::Block;
 use std::future::Future;
 use thiserror::Error;
@@ -68,6 +68,10 @@ pub trait Below: Send + Sync + 'static {
     /// The cache replaced clean block `key`, whose bytes were `data`. Must
     /// not block (it runs with the cache locked): spawn any I/O.
     fn evicted(&self, _key: BlockKey, _data: Bytes) {}
+    /// The cache was told to drop blocks of `file` (its consistency
+    /// plug-in says they may be stale): anything the level below keeps
+    /// that stands for the file's bytes as of a moment goes too.
+    fn discarded(&self, _file: FileId) {}
 }
 
 /// `buf` holding a fetch's bytes (copied), for [`Below::fetch_into`].
@@ -106,5 +110,8 @@ impl<T: Below> Below for std::sync::Arc<T> {
     }
     fn evicted(&self, key: BlockKey, data: Bytes) {
         T::evicted(self, key, data)
+    }
+    fn discarded(&self, file: FileId) {
+        T::discarded(self, file)
     }
 }

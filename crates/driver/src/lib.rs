@@ -633,6 +633,7 @@ impl<B: Below> Driver<B> {
     /// in progress on it (a fetch that began before a write went around
     /// the cache would otherwise leave the old bytes here).
     pub async fn discard_clean_block(&self, key: BlockKey) {
+        self.shared.below.discarded(key.file);
         self.retry_until_idle(|st, now| st.cache.discard_clean_block(now, key))
             .await
     }
@@ -700,6 +701,7 @@ impl<B: Below> Driver<B> {
     /// unwritten (the file was removed or cut). Waits for accesses and I/O
     /// in progress on them to end first.
     pub async fn discard_file(&self, file: FileId, from_block: u64) {
+        self.shared.below.discarded(file);
         self.retry_until_idle(|st, now| {
             let busy = st.cache.discard_file(now, file, from_block);
             if from_block == 0 {

@@ -87,6 +87,26 @@ fn fuse_devices() -> Vec<i32> {
     .collect()
 }
 
+/// Lets a local read (`parcache_client::local_part`) block the thread
+/// that reads /dev/fuse only while no other request waits there: random
+/// readers in several processes then have their reads made at once, each
+/// on a thread of its own, and a lone reader's on the thread that took
+/// its request, with no hand-over.
+fn local_reads_wait_for_no_request(fs: &Fs, before: &[i32]) {
+    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
+    let [fd] = new[..] else {
+        return;
+    };
+    let Ok(dev) = parcache_fuse_uring::dup_fd(fd) else {
+        return;
+    };
+    fs.set_local_may_block(Box::new(move || {
+        let mut p = [rustix::event::PollFd::new(&dev, rustix::event::PollFlags::IN)];
+        let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+        matches!(rustix::event::poll(&mut p, Some(&zero)), Ok(0))
+    }));
+}
+
 /// Starts a thread per CPU serving the mount's requests over FUSE's
 /// io_uring queues ([`ring`]), registered on the connection fuser opened
 /// (the one /dev/fuse descriptor not in `before`). Once the kernel agreed
@@ -458,6 +478,9 @@ impl Mount {
         // `INIT` (a value written before is lost), and holds every request
         // until then: a `statfs`, which always reaches the mount, returns
         // after it.
+        if !queues.want_uring.asked() {
+            local_reads_wait_for_no_request(&fs, &before);
+        }
         if queues.want_uring.asked() {
             // With the queues agreed, the kernel holds every request until
             // each CPU's queue is registered: start them before any.

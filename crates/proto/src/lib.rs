@@ -24,8 +24,8 @@ pub use buf_pool::BufPool;
 pub use conn::{serve, Client, ConnError, Handler, Payload};
 pub use landing::Landing;
 pub use msg::{
-    never_changed, show_name, Attr, Behind, Callback, ChunkHash, DirEntry, EntryPlus, ErrorCode, ErrorReply, FileKind,
-    Handle, Layout, Name, NodeInfo, NodeStats, Request, Response, SetAttr, Timestamp, FIRST_VERSION, HANDLES_MOST,
-    LIST_CHUNKS_PAGE, LIST_PARTS_PAGE, NAME_MAX, ROOT, SMALL_COPY_MAX, VERSION_SHIFT,
+    boot_id, never_changed, show_name, Attr, Behind, Callback, ChunkHash, DirEntry, EntryPlus, ErrorCode, ErrorReply,
+    FileKind, Handle, Layout, LocalFile, Name, NodeInfo, NodeStats, Request, Response, SetAttr, Timestamp,
+    FIRST_VERSION, HANDLES_MOST, LIST_CHUNKS_PAGE, LIST_PARTS_PAGE, NAME_MAX, ROOT, SMALL_COPY_MAX, VERSION_SHIFT,
 };
 pub use parcache_mem::Block;

@@ -763,6 +763,32 @@ pub enum Request {
         parent: Handle,
         files: Vec<Behind>,
     },
+    /// Where this data server keeps its part of the file, for a node on
+    /// the same machine that would read it there itself (local reads,
+    /// HDFS's short-circuit reads). Answered `LocalPart`.
+    LocalPart {
+        handle: Handle,
+    },
+}
+
+/// This machine's boot id (Linux's `/proc/sys/kernel/random/boot_id`),
+/// empty if it cannot be read: a node and a data server with the same one
+/// run on the same machine since its last boot (`LocalPart`).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A data server's part file that a node on the same machine may read
+/// itself (answers `LocalPart`): its path, and its device and inode, which
+/// the node checks against the file it opened by that path (another mount
+/// namespace may have another file there).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LocalFile {
+    pub path: Vec<u8>,
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// Most handles one `Handles` request gives.
@@ -835,6 +861,11 @@ pub struct NodeStats {
     pub nv_immediate: u64,
     pub nv_live_blocks: u64,
     pub nv_replayed: u64,
+    /// Block reads this node made from the part files of data servers on
+    /// its machine (local reads), and times a data server said a part's
+    /// file may not be read now (its write log held bytes of the part).
+    pub local_part_reads: u64,
+    pub local_part_refused: u64,
 }
 
 /// A node as the metadata server knows it.
@@ -1024,6 +1055,14 @@ pub enum Response {
     Reserved {
         first: Handle,
         count: u32,
+    },
+    /// To `LocalPart`: the data server's machine (its boot id, empty if
+    /// it cannot tell), and its part file, if the file holds every byte
+    /// of the part the server would answer with now (none of it is held
+    /// in the write log and cache alone) and exists.
+    LocalPart {
+        boot: String,
+        file: Option<LocalFile>,
     },
 }
 
@@ -1219,7 +1258,7 @@ impl Request {
         if let As { req, .. } | Once { req, .. } = self {
             return req.changes_nothing();
         }
-        self.reads_metadata_only() || matches!(self, Read { .. } | Sync)
+        self.reads_metadata_only() || matches!(self, Read { .. } | LocalPart { .. } | Sync)
     }
 
     /// Whether a client sends the request to the metadata server made at
@@ -1298,6 +1337,7 @@ impl Request {
                 | Write { .. }
                 | WriteBuffered { .. }
                 | Read { .. }
+                | LocalPart { .. }
                 | Extend { .. }
                 | Truncate { .. }
                 | Remove { .. }

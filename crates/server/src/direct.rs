@@ -37,6 +37,8 @@ pub struct DirectWrites {
 struct Account {
     /// (handle, block) with bytes in the log.
     logged: HashSet<(u64, u64)>,
+    /// Handles with bytes in the log (those of `logged`).
+    logged_parts: HashSet<u64>,
     /// More blocks were logged than [`LOGGED_MAX`]: none may go directly.
     saturated: bool,
     /// Handles with a truncate or removal in the log, with the least
@@ -79,10 +81,21 @@ impl DirectWrites {
         for k in blocks(offset, len.max(1), block) {
             a.logged.insert((handle, k));
         }
+        a.logged_parts.insert(handle);
         if a.logged.len() > LOGGED_MAX {
             a.saturated = true;
             a.logged = HashSet::new();
+            a.logged_parts = HashSet::new();
         }
+    }
+
+    /// Whether the log may hold bytes of `handle` since the last
+    /// checkpoint: its part file may then lack bytes the server answers
+    /// with from its cache, so no node reads the file itself (local
+    /// reads, [`parcache_proto::Request::LocalPart`]).
+    pub fn part_logged(&self, handle: u64) -> bool {
+        let a = self.inner.lock();
+        a.saturated || a.logged_parts.contains(&handle)
     }
 
     /// Before a truncate of `handle` to `keep` bytes (a removal: 0) is
@@ -135,6 +148,7 @@ mod tests {
         d.logging_write(1, (64 << 10) - 50, 100, B);
         assert!(!d.may_place(1, 0, B) && !d.may_place(1, 1, B));
         assert!(d.may_place(1, 2, B) && d.may_place(2, 0, B));
+        assert!(d.part_logged(1) && !d.part_logged(2));
         // Truncated to 8 blocks, then to 7 and a half: a replay cuts
         // block 7.
         d.logging_cut(2, 8 * B as u64);
@@ -151,6 +165,7 @@ mod tests {
         d.placed(4);
         d.checkpointed();
         assert!(d.may_place(1, 0, B) && d.may_place(2, 7, B) && d.may_place(5, 0, B));
+        assert!(!d.part_logged(1));
         assert!(d.take_unsynced().is_empty());
     }
 
@@ -161,7 +176,8 @@ mod tests {
             d.logging_write(9, k * B as u64, 1, B);
         }
         assert!(!d.may_place(10, 0, B), "saturated: nothing goes directly");
+        assert!(d.part_logged(10), "saturated: no part is read by a node itself");
         d.checkpointed();
-        assert!(d.may_place(10, 0, B));
+        assert!(d.may_place(10, 0, B) && !d.part_logged(10));
     }
 }

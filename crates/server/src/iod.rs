@@ -32,7 +32,7 @@ use bytes::Bytes;
 use parcache_core::{BlockKey, CacheConfig, PrefetchKind, ReplacementKind, WritePolicyKind};
 use parcache_driver::{take_ahead::take_ahead, Below, BelowError, Block, Driver, Placed};
 use parcache_proto::msg::{ServerIdentity, ServerStats};
-use parcache_proto::{serve, ErrorCode, Handler, Request, Response, Secret};
+use parcache_proto::{serve, ErrorCode, Handler, LocalFile, Request, Response, Secret};
 use parcache_store::{BlockStore, ChunkStore, Entry, FileMedia, GroupLog, Wal};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -201,6 +201,9 @@ struct Iod {
     /// Requests answered ([`ServerStats::requests`]).
     requests: AtomicU64,
     identity: Mutex<Option<ServerIdentity>>,
+    /// This machine's boot id (empty if unknown): a node whose own matches
+    /// may read parts' files itself ([`Request::LocalPart`]).
+    boot: String,
     /// Each part's length as its writes, truncates and extensions made it
     /// (dirty bytes in the cache included): a read that needs more than
     /// this finds stripes missing. See [`PartLen`].
@@ -518,6 +521,31 @@ impl Iod {
         };
         *l = PartLen::Known(known);
         Ok(known)
+    }
+
+    /// The part's file, for a node on this machine that would read it
+    /// itself ([`Request::LocalPart`]): none while the write log holds
+    /// bytes of the part since the last checkpoint (the file may lack
+    /// them; the cache answers with them), or if the part has no file.
+    /// A write logged after this answer is one the node's reads need not
+    /// see until its consistency plug-in has it drop what it cached
+    /// (`docs/client.md`, "Local reads").
+    fn local_file(&self, handle: u64) -> Option<LocalFile> {
+        if self.direct.part_logged(handle) {
+            return None;
+        }
+        match self.store.part_file(handle) {
+            Ok(Some((path, dev, ino))) => Some(LocalFile {
+                path: path.into_os_string().into_encoded_bytes(),
+                dev,
+                ino,
+            }),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!("handle {handle}: the part's file for a local read: {e}");
+                None
+            }
+        }
     }
 
     /// The part is at least `end` bytes long now. Its stored length is
@@ -982,6 +1010,10 @@ impl Handler for IodHandler {
                     Err(e) => io_reply("checkpoint at shutdown (the write log keeps the data)", e),
                 }
             }
+            Request::LocalPart { handle } => Response::LocalPart {
+                boot: iod.boot.clone(),
+                file: iod.local_file(handle),
+            },
             Request::Identity => Response::Identity(iod.identity.lock().clone()),
             Request::Adopt { cluster, index } => {
                 let mut id = iod.identity.lock();
@@ -1203,6 +1235,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         syncs: AtomicU64::new(0),
         requests: AtomicU64::new(0),
         identity: Mutex::new(identity),
+        boot: parcache_proto::boot_id(),
         part_len: Mutex::new(HashMap::new()),
         free: Mutex::new(None),
         incarnation,

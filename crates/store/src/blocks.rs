@@ -409,6 +409,23 @@ impl BlockStore {
             .as_ref()
     }
 
+    /// The part's file (its absolute path, device and inode), for a
+    /// program on this machine that reads it itself; `None` if the part
+    /// has no file.
+    pub fn part_file(&self, handle: u64) -> io::Result<Option<(PathBuf, u64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        let path = match std::fs::canonicalize(self.path(handle)) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) => Ok(Some((path, m.dev(), m.ino()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Size of the handle's part (0 if absent).
     pub fn len(&self, handle: u64) -> io::Result<u64> {
         Ok(self.stored(handle)?.unwrap_or(0))

@@ -1,0 +1,386 @@
+//! Local reads: a node on the same machine as a data server reads that
+//! server's part files itself on a random reader's block miss, as HDFS's
+//! short-circuit local reads do. A 4 KiB random cold read through a mount
+//! then costs the disk's read and FUSE's two wake-ups, not also a trip to
+//! the data server's process and back (two more wake-ups of the other CPU
+//! on this machine, about half of such a read: issue 14).
+//!
+//! The data server says where a part's file is (`Request::LocalPart`) only
+//! while its write log holds no byte of the part: every byte it would
+//! answer with is then in the file. Bytes logged after that answer are
+//! ones this node need not see until its consistency plug-in drops the
+//! file's cached blocks (a changed version at open under close-to-open, a
+//! callback, `nfs`'s timeout): the answer is as good as a copy of every
+//! block of the part cached at that moment, and lives as long as one.
+//! So it is forgotten whenever the node cache drops any block of the file
+//! ([`parcache_driver::Below::discarded`]), and whenever this node sends
+//! the file a write, truncate or extension (its own write may be logged).
+//! An answer that arrives after such a forget is not kept.
+//!
+//! The node checks the data server's boot id against its own and the
+//! file it opened against the device and inode the server gave (another
+//! mount namespace may have another file at that path); a server whose
+//! files it cannot open or check is asked no more. Sequential readers'
+//! fetches and prefetches go to the data servers as before (their merged
+//! reads, spread over every server, are faster than one file read here).
+
+use parcache_proto::{Block, LocalFile, Request, Response};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::data::DataPath;
+
+/// Most part files kept open; past it, all are closed (and asked for
+/// again at their next miss).
+const OPEN_MAX: usize = 1024;
+
+/// A direct read's offset, length and buffer must be aligned to this.
+const ALIGN: u64 = 4096;
+
+/// Whether a thread may block on a local read now (see
+/// [`LocalParts::set_may_block`]).
+pub type MayBlock = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The node's local reads: which data servers run on its machine, and
+/// the part files it may read.
+pub(crate) struct LocalParts {
+    enabled: bool,
+    /// This machine's boot id (empty: local reads off).
+    boot: String,
+    /// Data servers whose parts this node cannot read itself.
+    elsewhere: Mutex<Vec<bool>>,
+    grants: Mutex<Grants>,
+    /// Local reads in progress: one is made on the thread that asks for
+    /// it only when no other is.
+    busy: AtomicUsize,
+    may_block: std::sync::OnceLock<MayBlock>,
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    refused: AtomicU64,
+}
+
+#[derive(Default)]
+struct Grants {
+    /// Moves at every forget: an answer asked for before one is not kept.
+    generation: u64,
+    /// Per file, per data server: its part's file, or refused (read
+    /// through the data server until the file's next forget).
+    files: HashMap<u64, Vec<(u32, Grant)>>,
+    open: usize,
+}
+
+#[derive(Clone)]
+enum Grant {
+    Open(Arc<File>),
+    Refused,
+}
+
+/// What opening a part's file here found.
+enum Opened {
+    File(File),
+    /// Not now (removed meanwhile).
+    Refused,
+    /// Not from this node (no permission, another file at that path).
+    Elsewhere(String),
+}
+
+/// Counters of local reads ([`crate::Fs::node_stats`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalReadStats {
+    /// Block reads made from a data server's part file on this machine.
+    pub reads: u64,
+    pub bytes: u64,
+    /// Times a data server said its part's file may not be read now.
+    pub refused: u64,
+}
+
+impl LocalParts {
+    pub(crate) fn new(enabled: bool, servers: usize) -> LocalParts {
+        LocalParts {
+            enabled,
+            boot: if enabled {
+                parcache_proto::boot_id()
+            } else {
+                String::new()
+            },
+            elsewhere: Mutex::new(vec![false; servers]),
+            grants: Mutex::default(),
+            busy: AtomicUsize::new(0),
+            may_block: std::sync::OnceLock::new(),
+            reads: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a fetch from data server `server` may be read here.
+    pub(crate) fn may_try(&self, server: u32) -> bool {
+        self.enabled && !self.boot.is_empty() && !self.elsewhere.lock().get(server as usize).copied().unwrap_or(true)
+    }
+
+    /// Tells when the thread asking for a local read may make it itself
+    /// (when no other is in progress). A mount says: when no other
+    /// request waits for its thread. Unset: always.
+    pub(crate) fn set_may_block(&self, f: MayBlock) {
+        let _ = self.may_block.set(f);
+    }
+
+    pub(crate) fn stats(&self) -> LocalReadStats {
+        LocalReadStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            bytes: self.read_bytes.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Forgets every part file of `handle` (see the module's comment).
+    pub(crate) fn forget(&self, handle: u64) {
+        if !self.enabled {
+            return;
+        }
+        let mut g = self.grants.lock();
+        g.generation += 1;
+        if let Some(v) = g.files.remove(&handle) {
+            g.open -= v.len();
+        }
+    }
+
+    /// Reads `len` bytes at `off` of the part of file `handle` on data
+    /// server `server` from its file into `buf` (stale bytes), if this node may;
+    /// gives `buf` back if not, or if the file is shorter than `need`
+    /// (the data server then says why).
+    pub(crate) async fn read(
+        &self,
+        data: &DataPath,
+        (server, handle): (u32, u64),
+        off: u64,
+        len: u64,
+        need: u64,
+        buf: Block,
+    ) -> Result<(Block, usize), Block> {
+        if !off.is_multiple_of(ALIGN) || !len.is_multiple_of(ALIGN) || len == 0 {
+            return Err(buf);
+        }
+        let Some(file) = self.grant(data, server, handle).await else {
+            return Err(buf);
+        };
+        let here = self.busy.fetch_add(1, Ordering::SeqCst) == 0 && self.may_block.get().is_none_or(|f| f());
+        let r = if here {
+            read_block(&file, off, len, buf)
+        } else {
+            let f = file.clone();
+            match tokio::task::spawn_blocking(move || read_block(&f, off, len, buf)).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.busy.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!("handle {handle}: a local read's thread failed: {e}");
+                    return Err(Block::new());
+                }
+            }
+        };
+        self.busy.fetch_sub(1, Ordering::SeqCst);
+        match r {
+            Ok((buf, n)) if n as u64 == len || off + n as u64 >= need => {
+                self.reads.fetch_add(1, Ordering::Relaxed);
+                self.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                Ok((buf, n))
+            }
+            Ok((buf, _)) => Err(buf),
+            Err((buf, e)) => {
+                tracing::info!(
+                    "handle {handle}: a local read of data server {server}'s part failed ({e}); asking the server"
+                );
+                self.drop_one(handle, server);
+                Err(buf)
+            }
+        }
+    }
+
+    /// The open part file of `handle` on `server`, asking the server for
+    /// it if this node has no answer kept.
+    async fn grant(&self, data: &DataPath, server: u32, handle: u64) -> Option<Arc<File>> {
+        let generation = {
+            let g = self.grants.lock();
+            match g.files.get(&handle).and_then(|v| v.iter().find(|(s, _)| *s == server)) {
+                Some((_, Grant::Open(f))) => return Some(f.clone()),
+                Some((_, Grant::Refused)) => return None,
+                None => g.generation,
+            }
+        };
+        let answer = data.call(server, &Request::LocalPart { handle }, &[]).await;
+        let grant = match answer {
+            Ok((Response::LocalPart { boot, file }, _)) if boot == self.boot => match file.map(|f| open(&f)) {
+                Some(Opened::File(f)) => Grant::Open(Arc::new(f)),
+                None | Some(Opened::Refused) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    Grant::Refused
+                }
+                Some(Opened::Elsewhere(why)) => {
+                    self.not_here(server, &why);
+                    return None;
+                }
+            },
+            Ok((Response::LocalPart { .. }, _)) => {
+                self.not_here(server, "it runs on another machine");
+                return None;
+            }
+            // A server that does not know the request.
+            Ok((Response::Error(e), _)) => {
+                self.not_here(server, &e.message);
+                return None;
+            }
+            Ok(_) | Err(_) => return None,
+        };
+        let mut g = self.grants.lock();
+        if g.generation != generation {
+            return None;
+        }
+        if g.open >= OPEN_MAX {
+            g.files.clear();
+            g.open = 0;
+        }
+        g.files.entry(handle).or_default().push((server, grant.clone()));
+        g.open += 1;
+        match grant {
+            Grant::Open(f) => Some(f),
+            Grant::Refused => None,
+        }
+    }
+
+    fn not_here(&self, server: u32, why: &str) {
+        tracing::info!("data server {server}: its parts are read through it, not from its files here ({why})");
+        if let Some(e) = self.elsewhere.lock().get_mut(server as usize) {
+            *e = true;
+        }
+    }
+
+    /// Forgets the part file of `handle` on `server` alone.
+    fn drop_one(&self, handle: u64, server: u32) {
+        let mut g = self.grants.lock();
+        let Some(v) = g.files.get_mut(&handle) else {
+            return;
+        };
+        let before = v.len();
+        v.retain(|(s, _)| *s != server);
+        let gone = before - v.len();
+        if v.is_empty() {
+            g.files.remove(&handle);
+        }
+        g.open -= gone;
+    }
+}
+
+/// Opens a part's file read-only, around the page cache where the file
+/// system allows (the data server's own reads do too, and the node cache
+/// keeps what it reads), and checks it is the one the server named.
+fn open(f: &LocalFile) -> Opened {
+    use rustix::fs::{Mode, OFlags};
+    let path = std::path::PathBuf::from(std::ffi::OsString::from_vec(f.path.clone()));
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(&path, flags | OFlags::DIRECT, Mode::empty()) {
+        Err(rustix::io::Errno::INVAL) => rustix::fs::open(&path, flags, Mode::empty()),
+        r => r,
+    };
+    let file = match fd {
+        Ok(fd) => File::from(fd),
+        Err(rustix::io::Errno::NOENT) => return Opened::Refused,
+        Err(e) => return Opened::Elsewhere(format!("{}: {e}", path.display())),
+    };
+    match file.metadata() {
+        Ok(m) if m.dev() == f.dev && m.ino() == f.ino => Opened::File(file),
+        Ok(_) => Opened::Elsewhere(format!("{} here is not the server's file", path.display())),
+        Err(e) => Opened::Elsewhere(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Reads `len` bytes at `off` of `f` into `buf`'s pages (page-aligned, as
+/// a direct read needs); short at the file's end.
+fn read_block(f: &File, off: u64, len: u64, mut buf: Block) -> Result<(Block, usize), (Block, std::io::Error)> {
+    let r = f.read_at(buf.stale(len as usize), off);
+    match r {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok((buf, n))
+        }
+        Err(e) => {
+            buf.clear();
+            Err((buf, e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("parcache-local-part-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn named(path: &std::path::Path, dev: u64, ino: u64) -> LocalFile {
+        LocalFile {
+            path: path.as_os_str().as_encoded_bytes().to_vec(),
+            dev,
+            ino,
+        }
+    }
+
+    /// A part's file is read only if it is the one the server named; a
+    /// file gone meanwhile is refused for now, another file at the path
+    /// (another mount namespace's) rules the server out.
+    #[test]
+    fn a_part_file_opens_only_if_it_is_the_servers() {
+        let d = scratch("open");
+        let p = d.join("part");
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        std::fs::write(&p, &bytes).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        let Opened::File(f) = open(&named(&p, m.dev(), m.ino())) else {
+            panic!("the server's own file was not opened");
+        };
+        // Short at the end; a block's pages are aligned for a direct read.
+        let (b, n) = read_block(&f, 4096, 8192, Block::new()).unwrap_or_else(|(_, e)| panic!("{e}"));
+        assert_eq!((n, &b[..]), (10_000 - 4096, &bytes[4096..]));
+        assert!(matches!(open(&named(&p, m.dev(), m.ino() + 1)), Opened::Elsewhere(_)));
+        assert!(matches!(
+            open(&named(&d.join("gone"), m.dev(), m.ino())),
+            Opened::Refused
+        ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A forget drops a file's part files, and moves the generation so an
+    /// answer asked for before it is not kept.
+    #[test]
+    fn a_forget_drops_a_files_part_files() {
+        let d = scratch("forget");
+        let p = d.join("part");
+        std::fs::write(&p, b"x").unwrap();
+        let l = LocalParts::new(true, 2);
+        {
+            let mut g = l.grants.lock();
+            let f = Arc::new(File::open(&p).unwrap());
+            g.files.insert(7, vec![(0, Grant::Open(f)), (1, Grant::Refused)]);
+            g.files.insert(8, vec![(0, Grant::Refused)]);
+            g.open = 3;
+        }
+        let before = l.grants.lock().generation;
+        l.forget(7);
+        let g = l.grants.lock();
+        assert_eq!((g.open, g.files.len(), g.generation), (1, 1, before + 1));
+        drop(g);
+        l.drop_one(8, 0);
+        assert_eq!(l.grants.lock().open, 0);
+        let off = LocalParts::new(false, 2);
+        assert!(!off.may_try(0), "off: no server is tried");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
