@@ -23,6 +23,13 @@ pub struct Target {
     /// …with its secret file.
     #[arg(long, value_name = "FILE", global = true)]
     secret_file: Option<PathBuf>,
+    /// Read every block through its data server. By default a random
+    /// reader's missed block is read from the data server's part file
+    /// where the server runs on this machine and this user may open its
+    /// files (local reads, as HDFS's short-circuit reads; docs/client.md,
+    /// "Local reads").
+    #[arg(long, global = true)]
+    no_local_reads: bool,
 }
 
 impl Target {
@@ -41,7 +48,9 @@ impl Target {
     }
 
     /// Connects with a node cache built as `cache` says.
-    pub async fn connect_with(&self, cache: parcache_client::NodeCacheConfig) -> Result<std::sync::Arc<Fs>> {
+    /// `--no-local-reads` turns its local reads off.
+    pub async fn connect_with(&self, mut cache: parcache_client::NodeCacheConfig) -> Result<std::sync::Arc<Fs>> {
+        cache.local_reads &= !self.no_local_reads;
         let (mds, secret) = match (&self.data, &self.mds) {
             (Some(dir), None) => (read_cluster(dir)?.mds, Secret::load(&dir.join("secret"))?),
             (None, Some(mds)) => {

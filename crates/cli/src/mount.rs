@@ -72,13 +72,6 @@ pub struct MountArgs {
     /// default.
     #[arg(long)]
     no_io_uring: bool,
-    /// Read every block through its data server. By default a random
-    /// reader's missed block is read from the data server's part file
-    /// where the server runs on this machine and this user may open its
-    /// files (local reads, as HDFS's short-circuit reads); see
-    /// docs/client.md, "Local reads".
-    #[arg(long)]
-    no_local_reads: bool,
 }
 
 /// What is at a mount point.
@@ -339,7 +332,6 @@ pub fn mount(a: MountArgs) -> Result<()> {
             dir,
             bytes: a.nv_mib << 20,
         }),
-        local_reads: !a.no_local_reads,
         ..Default::default()
     };
     let fs = rt.block_on(a.target.connect_with(cache))?;

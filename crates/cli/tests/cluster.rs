@@ -830,10 +830,18 @@ fn copy_in(c: &Cluster, data: &[u8]) {
     assert!(ok, "{err}");
 }
 
-/// `/f.bin`'s bytes, read with `parcache cp`.
+/// `/f.bin`'s bytes, read with `parcache cp`, every block through its data
+/// server (whose counters the tests read), none from its part's file.
 fn copy_out(c: &Cluster) -> Vec<u8> {
     let out = c.dir.join("out.bin");
-    let (ok, _, err) = parcache(&["cp", "--data", c.d(), "pc:/f.bin", out.to_str().unwrap()]);
+    let (ok, _, err) = parcache(&[
+        "cp",
+        "--no-local-reads",
+        "--data",
+        c.d(),
+        "pc:/f.bin",
+        out.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     std::fs::read(&out).unwrap()
 }
