@@ -920,7 +920,7 @@ fn print_status(r: &StatusReport) -> Result<()> {
         if st.local_part_reads + st.local_part_refused > 0 {
             outln!(
                 "        local reads (blocks read from this machine's data servers' part files): {}, \
-                 refused while a part's bytes were in its server's write log: {}",
+                 sent to the server instead (its write log held their bytes): {}",
                 st.local_part_reads,
                 st.local_part_refused
             )?;

@@ -5,9 +5,10 @@
 //! the data server's process and back (two more wake-ups of the other CPU
 //! on this machine, about half of such a read: issue 14).
 //!
-//! The data server says where a part's file is (`Request::LocalPart`) only
-//! while its write log holds no byte of the part: every byte it would
-//! answer with is then in the file. Bytes logged after that answer are
+//! The data server says where a part's file is (`Request::LocalPart`),
+//! with the blocks its write log holds bytes of since its last checkpoint:
+//! every byte it would answer with for the other blocks is in the file,
+//! and those blocks are read through it. Bytes logged after that answer are
 //! ones this node need not see until its consistency plug-in drops the
 //! file's cached blocks (a changed version at open under close-to-open, a
 //! callback, `nfs`'s timeout): the answer is as good as a copy of every
@@ -76,13 +77,31 @@ struct Grants {
 
 #[derive(Clone)]
 enum Grant {
-    Open(Arc<File>),
+    Open(Arc<Part>),
     Refused,
+}
+
+/// A part's file open here, and what of it is read through the server.
+struct Part {
+    file: File,
+    /// The server's block size.
+    block: u64,
+    /// Its blocks the file may lack bytes of (logged), in order.
+    logged: Vec<u64>,
+}
+
+impl Part {
+    /// Whether `len` bytes at `off` touch a logged block.
+    fn logged(&self, off: u64, len: u64) -> bool {
+        let (first, last) = (off / self.block, (off + len.max(1) - 1) / self.block);
+        let at = self.logged.partition_point(|&b| b < first);
+        self.logged.get(at).is_some_and(|&b| b <= last)
+    }
 }
 
 /// What opening a part's file here found.
 enum Opened {
-    File(File),
+    File(Part),
     /// Not now (removed meanwhile).
     Refused,
     /// Not from this node (no permission, another file at that path).
@@ -95,7 +114,9 @@ pub struct LocalReadStats {
     /// Block reads made from a data server's part file on this machine.
     pub reads: u64,
     pub bytes: u64,
-    /// Times a data server said its part's file may not be read now.
+    /// Block reads sent to a data server on this machine because its
+    /// write log held bytes of them (or of their part, when it could not
+    /// name the blocks) that its part's file may lack.
     pub refused: u64,
 }
 
@@ -166,15 +187,19 @@ impl LocalParts {
         if !off.is_multiple_of(ALIGN) || !len.is_multiple_of(ALIGN) || len == 0 {
             return Err(buf);
         }
-        let Some(file) = self.grant(data, server, handle).await else {
+        let Some(part) = self.grant(data, server, handle).await else {
             return Err(buf);
         };
+        if part.logged(off, len) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(buf);
+        }
         let here = self.busy.fetch_add(1, Ordering::SeqCst) == 0 && self.may_block.get().is_none_or(|f| f());
         let r = if here {
-            read_block(&file, off, len, buf)
+            read_block(&part.file, off, len, buf)
         } else {
-            let f = file.clone();
-            match tokio::task::spawn_blocking(move || read_block(&f, off, len, buf)).await {
+            let p = part.clone();
+            match tokio::task::spawn_blocking(move || read_block(&p.file, off, len, buf)).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.busy.fetch_sub(1, Ordering::SeqCst);
@@ -203,12 +228,15 @@ impl LocalParts {
 
     /// The open part file of `handle` on `server`, asking the server for
     /// it if this node has no answer kept.
-    async fn grant(&self, data: &DataPath, server: u32, handle: u64) -> Option<Arc<File>> {
+    async fn grant(&self, data: &DataPath, server: u32, handle: u64) -> Option<Arc<Part>> {
         let generation = {
             let g = self.grants.lock();
             match g.files.get(&handle).and_then(|v| v.iter().find(|(s, _)| *s == server)) {
                 Some((_, Grant::Open(f))) => return Some(f.clone()),
-                Some((_, Grant::Refused)) => return None,
+                Some((_, Grant::Refused)) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
                 None => g.generation,
             }
         };
@@ -292,7 +320,11 @@ fn open(f: &LocalFile) -> Opened {
         Err(e) => return Opened::Elsewhere(format!("{}: {e}", path.display())),
     };
     match file.metadata() {
-        Ok(m) if m.dev() == f.dev && m.ino() == f.ino => Opened::File(file),
+        Ok(m) if m.dev() == f.dev && m.ino() == f.ino && f.block > 0 => Opened::File(Part {
+            file,
+            block: f.block as u64,
+            logged: f.logged.clone(),
+        }),
         Ok(_) => Opened::Elsewhere(format!("{} here is not the server's file", path.display())),
         Err(e) => Opened::Elsewhere(format!("{}: {e}", path.display())),
     }
@@ -330,12 +362,15 @@ mod tests {
             path: path.as_os_str().as_encoded_bytes().to_vec(),
             dev,
             ino,
+            block: 65536,
+            logged: vec![2, 5],
         }
     }
 
-    /// A part's file is read only if it is the one the server named; a
-    /// file gone meanwhile is refused for now, another file at the path
-    /// (another mount namespace's) rules the server out.
+    /// A part's file is read only if it is the one the server named, and
+    /// not for the blocks its log holds bytes of; a file gone meanwhile is
+    /// refused for now, another file at the path (another mount
+    /// namespace's) rules the server out.
     #[test]
     fn a_part_file_opens_only_if_it_is_the_servers() {
         let d = scratch("open");
@@ -346,8 +381,22 @@ mod tests {
         let Opened::File(f) = open(&named(&p, m.dev(), m.ino())) else {
             panic!("the server's own file was not opened");
         };
+        // The blocks the server's log holds bytes of are read through it.
+        const K: u64 = 65536;
+        let touched: Vec<bool> = [
+            (0, K),
+            (K, K + 1),
+            (2 * K + 100, 10),
+            (3 * K, 2 * K),
+            (3 * K, 3 * K),
+            (6 * K, K),
+        ]
+        .iter()
+        .map(|&(o, l)| f.logged(o, l))
+        .collect();
+        assert_eq!(touched, [false, true, true, false, true, false]);
         // Short at the end; a block's pages are aligned for a direct read.
-        let (b, n) = read_block(&f, 4096, 8192, Block::new()).unwrap_or_else(|(_, e)| panic!("{e}"));
+        let (b, n) = read_block(&f.file, 4096, 8192, Block::new()).unwrap_or_else(|(_, e)| panic!("{e}"));
         assert_eq!((n, &b[..]), (10_000 - 4096, &bytes[4096..]));
         assert!(matches!(open(&named(&p, m.dev(), m.ino() + 1)), Opened::Elsewhere(_)));
         assert!(matches!(
@@ -367,7 +416,11 @@ mod tests {
         let l = LocalParts::new(true, 2);
         {
             let mut g = l.grants.lock();
-            let f = Arc::new(File::open(&p).unwrap());
+            let f = Arc::new(Part {
+                file: File::open(&p).unwrap(),
+                block: 65536,
+                logged: Vec::new(),
+            });
             g.files.insert(7, vec![(0, Grant::Open(f)), (1, Grant::Refused)]);
             g.files.insert(8, vec![(0, Grant::Refused)]);
             g.open = 3;

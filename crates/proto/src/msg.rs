@@ -789,6 +789,11 @@ pub struct LocalFile {
     pub path: Vec<u8>,
     pub dev: u64,
     pub ino: u64,
+    /// The server's block size, and its blocks of the part (in order)
+    /// with bytes in its write log that the file may lack: those are
+    /// read through the server.
+    pub block: u32,
+    pub logged: Vec<u64>,
 }
 
 /// Most handles one `Handles` request gives.
@@ -862,8 +867,8 @@ pub struct NodeStats {
     pub nv_live_blocks: u64,
     pub nv_replayed: u64,
     /// Block reads this node made from the part files of data servers on
-    /// its machine (local reads), and times a data server said a part's
-    /// file may not be read now (its write log held bytes of the part).
+    /// its machine (local reads), and those it sent to such a server
+    /// instead because the server's write log held their bytes.
     pub local_part_reads: u64,
     pub local_part_refused: u64,
 }
@@ -1057,9 +1062,8 @@ pub enum Response {
         count: u32,
     },
     /// To `LocalPart`: the data server's machine (its boot id, empty if
-    /// it cannot tell), and its part file, if the file holds every byte
-    /// of the part the server would answer with now (none of it is held
-    /// in the write log and cache alone) and exists.
+    /// it cannot tell), and its part file, if it exists, with the blocks
+    /// the file may lack bytes of now (held in the write log and cache).
     LocalPart {
         boot: String,
         file: Option<LocalFile>,

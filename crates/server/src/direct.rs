@@ -20,7 +20,7 @@
 //! again after writing.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Most blocks kept in the account of logged bytes: past it (a flood of
 /// tiny writes), no write goes directly until the next checkpoint.
@@ -37,8 +37,8 @@ pub struct DirectWrites {
 struct Account {
     /// (handle, block) with bytes in the log.
     logged: HashSet<(u64, u64)>,
-    /// Handles with bytes in the log (those of `logged`).
-    logged_parts: HashSet<u64>,
+    /// The same blocks by handle, in order.
+    logged_parts: HashMap<u64, BTreeSet<u64>>,
     /// More blocks were logged than [`LOGGED_MAX`]: none may go directly.
     saturated: bool,
     /// Handles with a truncate or removal in the log, with the least
@@ -78,24 +78,34 @@ impl DirectWrites {
         if a.saturated {
             return;
         }
-        for k in blocks(offset, len.max(1), block) {
+        let ks = blocks(offset, len.max(1), block);
+        for k in ks.clone() {
             a.logged.insert((handle, k));
         }
-        a.logged_parts.insert(handle);
+        a.logged_parts.entry(handle).or_default().extend(ks);
         if a.logged.len() > LOGGED_MAX {
             a.saturated = true;
             a.logged = HashSet::new();
-            a.logged_parts = HashSet::new();
+            a.logged_parts = HashMap::new();
         }
     }
 
-    /// Whether the log may hold bytes of `handle` since the last
-    /// checkpoint: its part file may then lack bytes the server answers
-    /// with from its cache, so no node reads the file itself (local
-    /// reads, [`parcache_proto::Request::LocalPart`]).
-    pub fn part_logged(&self, handle: u64) -> bool {
+    /// The blocks of `handle` with bytes in the log since the last
+    /// checkpoint, in order (its part's file may lack those bytes, which
+    /// the server answers with from its cache); `None` if the account
+    /// cannot tell (saturated) or names more than `most`. A node reads
+    /// the others from the file itself (local reads,
+    /// [`parcache_proto::Request::LocalPart`]).
+    pub fn logged_blocks(&self, handle: u64, most: usize) -> Option<Vec<u64>> {
         let a = self.inner.lock();
-        a.saturated || a.logged_parts.contains(&handle)
+        if a.saturated {
+            return None;
+        }
+        match a.logged_parts.get(&handle) {
+            None => Some(Vec::new()),
+            Some(b) if b.len() <= most => Some(b.iter().copied().collect()),
+            Some(_) => None,
+        }
     }
 
     /// Before a truncate of `handle` to `keep` bytes (a removal: 0) is
@@ -148,7 +158,9 @@ mod tests {
         d.logging_write(1, (64 << 10) - 50, 100, B);
         assert!(!d.may_place(1, 0, B) && !d.may_place(1, 1, B));
         assert!(d.may_place(1, 2, B) && d.may_place(2, 0, B));
-        assert!(d.part_logged(1) && !d.part_logged(2));
+        assert_eq!(d.logged_blocks(1, 8), Some(vec![0, 1]));
+        assert_eq!(d.logged_blocks(1, 1), None, "more than asked for");
+        assert_eq!(d.logged_blocks(2, 8), Some(vec![]));
         // Truncated to 8 blocks, then to 7 and a half: a replay cuts
         // block 7.
         d.logging_cut(2, 8 * B as u64);
@@ -165,7 +177,7 @@ mod tests {
         d.placed(4);
         d.checkpointed();
         assert!(d.may_place(1, 0, B) && d.may_place(2, 7, B) && d.may_place(5, 0, B));
-        assert!(!d.part_logged(1));
+        assert_eq!(d.logged_blocks(1, 8), Some(vec![]));
         assert!(d.take_unsynced().is_empty());
     }
 
@@ -176,8 +188,12 @@ mod tests {
             d.logging_write(9, k * B as u64, 1, B);
         }
         assert!(!d.may_place(10, 0, B), "saturated: nothing goes directly");
-        assert!(d.part_logged(10), "saturated: no part is read by a node itself");
+        assert_eq!(
+            d.logged_blocks(10, 8),
+            None,
+            "saturated: no part is read by a node itself"
+        );
         d.checkpointed();
-        assert!(d.may_place(10, 0, B) && !d.part_logged(10));
+        assert!(d.may_place(10, 0, B) && d.logged_blocks(10, 8) == Some(vec![]));
     }
 }

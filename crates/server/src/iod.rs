@@ -87,6 +87,10 @@ impl IodConfig {
 /// Block size of a data server's cache.
 pub const IOD_BLOCK: u32 = 64 << 10;
 
+/// Most logged blocks of a part named in an answer to `LocalPart` (8 KiB
+/// of them); a part with more is read through the server.
+const LOCAL_LOGGED_MOST: usize = 1024;
+
 /// Rounds of writing down and syncing before a checkpoint holds writes,
 /// at most; a round after the first starts only while more than
 /// [`PRE_CHECKPOINT_LEFT`] bytes are dirty, and its writing down waits at most
@@ -524,21 +528,22 @@ impl Iod {
     }
 
     /// The part's file, for a node on this machine that would read it
-    /// itself ([`Request::LocalPart`]): none while the write log holds
-    /// bytes of the part since the last checkpoint (the file may lack
-    /// them; the cache answers with them), or if the part has no file.
-    /// A write logged after this answer is one the node's reads need not
-    /// see until its consistency plug-in has it drop what it cached
-    /// (`docs/client.md`, "Local reads").
+    /// itself ([`Request::LocalPart`]), with the blocks the write log
+    /// holds bytes of since the last checkpoint (the file may lack them;
+    /// the cache answers with them): the node reads those through this
+    /// server. None if the part has no file, or the log's account cannot
+    /// name its blocks. A write logged after this answer is one the node's
+    /// reads need not see until its consistency plug-in has it drop what
+    /// it cached (`docs/client.md`, "Local reads").
     fn local_file(&self, handle: u64) -> Option<LocalFile> {
-        if self.direct.part_logged(handle) {
-            return None;
-        }
+        let logged = self.direct.logged_blocks(handle, LOCAL_LOGGED_MOST)?;
         match self.store.part_file(handle) {
             Ok(Some((path, dev, ino))) => Some(LocalFile {
                 path: path.into_os_string().into_encoded_bytes(),
                 dev,
                 ino,
+                block: IOD_BLOCK,
+                logged,
             }),
             Ok(None) => None,
             Err(e) => {
