@@ -40,6 +40,11 @@ use crate::data::DataPath;
 /// again at their next miss).
 const OPEN_MAX: usize = 1024;
 
+/// Most local reads at once; a fetch past them goes to its data server
+/// (whose reads are as parallel), so local reads add at most this many
+/// blocking threads to the node's.
+const BUSY_MOST: usize = 4;
+
 /// A direct read's offset, length and buffer must be aligned to this.
 const ALIGN: u64 = 4096;
 
@@ -194,7 +199,12 @@ impl LocalParts {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(buf);
         }
-        let here = self.busy.fetch_add(1, Ordering::SeqCst) == 0 && self.may_block.get().is_none_or(|f| f());
+        let before = self.busy.fetch_add(1, Ordering::SeqCst);
+        if before >= BUSY_MOST {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            return Err(buf);
+        }
+        let here = before == 0 && self.may_block.get().is_none_or(|f| f());
         let r = if here {
             read_block(&part.file, off, len, buf)
         } else {
@@ -434,6 +444,42 @@ mod tests {
         assert_eq!(l.grants.lock().open, 0);
         let off = LocalParts::new(false, 2);
         assert!(!off.may_try(0), "off: no server is tried");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A part's file that is lent is read, into the block's buffer; with
+    /// [`BUSY_MOST`] local reads in progress, the next goes to its data
+    /// server instead (no more blocking threads).
+    #[tokio::test]
+    async fn reads_come_from_the_file_up_to_the_most_at_once() {
+        let d = scratch("busy");
+        let p = d.join("part");
+        let bytes: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&p, &bytes).unwrap();
+        let data = DataPath::new(Vec::new(), parcache_proto::Secret::generate(), 65536, true);
+        let l = LocalParts::new(true, 1);
+        let part = Arc::new(Part {
+            file: File::open(&p).unwrap(),
+            block: 65536,
+            logged: vec![2],
+        });
+        l.grants.lock().files.insert(7, vec![(0, Grant::Open(part))]);
+        let (b, n) = l.read(&data, (0, 7), 65536, 65536, 0, Block::new()).await.unwrap();
+        assert_eq!((n, &b[..]), (65536, &bytes[65536..2 * 65536]));
+        assert!(
+            l.read(&data, (0, 7), 2 * 65536, 65536, 0, Block::new()).await.is_err(),
+            "a logged block"
+        );
+        l.busy.store(BUSY_MOST, Ordering::SeqCst);
+        assert!(
+            l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
+            "past the most at once"
+        );
+        assert_eq!(l.busy.load(Ordering::SeqCst), BUSY_MOST);
+        l.busy.store(0, Ordering::SeqCst);
+        assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
+        let st = l.stats();
+        assert_eq!((st.reads, st.bytes, st.refused), (2, 2 * 65536, 1));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
