@@ -37,8 +37,9 @@ use std::sync::Arc;
 use crate::data::DataPath;
 
 /// Most part files kept open; past it, all are closed (and asked for
-/// again at their next miss).
-const OPEN_MAX: usize = 1024;
+/// again at their next miss). Well under the usual limit of 1,024
+/// descriptors a process, which a node's sockets and files share.
+const OPEN_MAX: usize = 256;
 
 /// Most local reads at once; a fetch past them goes to its data server
 /// (whose reads are as parallel), so local reads add at most this many
