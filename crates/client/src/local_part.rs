@@ -41,11 +41,6 @@ use crate::data::DataPath;
 /// descriptors a process, which a node's sockets and files share.
 const OPEN_MAX: usize = 256;
 
-/// Most local reads at once; a fetch past them goes to its data server
-/// (whose reads are as parallel), so local reads add at most this many
-/// blocking threads to the node's.
-const BUSY_MOST: usize = 4;
-
 /// A direct read's offset, length and buffer must be aligned to this.
 const ALIGN: u64 = 4096;
 
@@ -62,8 +57,7 @@ pub(crate) struct LocalParts {
     /// Data servers whose parts this node cannot read itself.
     elsewhere: Mutex<Vec<bool>>,
     grants: Mutex<Grants>,
-    /// Local reads in progress: one is made on the thread that asks for
-    /// it only when no other is.
+    /// Local reads in progress (at most one: see [`LocalParts::read`]).
     busy: AtomicUsize,
     may_block: std::sync::OnceLock<MayBlock>,
     reads: AtomicU64,
@@ -178,7 +172,14 @@ impl LocalParts {
     }
 
     /// Reads `len` bytes at `off` of the part of file `handle` on data
-    /// server `server` from its file into `buf` (stale bytes), if this node may;
+    /// server `server` from its file, on this thread, if no other local
+    /// read is in progress and nothing else waits for the thread (a
+    /// mount's: no other request on /dev/fuse; [`LocalParts::set_may_block`]).
+    /// Otherwise the fetch goes to the data server, whose read is as
+    /// quick then and takes no thread here: several random readers at
+    /// once read as they did before local reads (a blocking thread per
+    /// read made them slower, and added up to eight threads to a
+    /// mount). Reads from the file into `buf` (stale bytes), if this node may;
     /// gives `buf` back if not, or if the file is shorter than `need`
     /// (the data server then says why).
     pub(crate) async fn read(
@@ -200,25 +201,14 @@ impl LocalParts {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(buf);
         }
-        let before = self.busy.fetch_add(1, Ordering::SeqCst);
-        if before >= BUSY_MOST {
+        // Only one at a time, and in a mount only while no other request
+        // waits: otherwise the data server's read is as quick, and takes
+        // no thread here.
+        if self.busy.fetch_add(1, Ordering::SeqCst) > 0 || !self.may_block.get().is_none_or(|f| f()) {
             self.busy.fetch_sub(1, Ordering::SeqCst);
             return Err(buf);
         }
-        let here = before == 0 && self.may_block.get().is_none_or(|f| f());
-        let r = if here {
-            read_block(&part.file, off, len, buf)
-        } else {
-            let p = part.clone();
-            match tokio::task::spawn_blocking(move || read_block(&p.file, off, len, buf)).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.busy.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!("handle {handle}: a local read's thread failed: {e}");
-                    return Err(Block::new());
-                }
-            }
-        };
+        let r = read_block(&part.file, off, len, buf);
         self.busy.fetch_sub(1, Ordering::SeqCst);
         match r {
             Ok((buf, n)) if n as u64 == len || off + n as u64 >= need => {
@@ -448,11 +438,11 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    /// A part's file that is lent is read, into the block's buffer; with
-    /// [`BUSY_MOST`] local reads in progress, the next goes to its data
-    /// server instead (no more blocking threads).
+    /// A part's file that is lent is read, into the block's buffer; while
+    /// another local read is in progress, or the thread may not block,
+    /// the fetch goes to its data server instead.
     #[tokio::test]
-    async fn reads_come_from_the_file_up_to_the_most_at_once() {
+    async fn reads_come_from_the_file_one_at_a_time() {
         let d = scratch("busy");
         let p = d.join("part");
         let bytes: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 253) as u8).collect();
@@ -471,16 +461,26 @@ mod tests {
             l.read(&data, (0, 7), 2 * 65536, 65536, 0, Block::new()).await.is_err(),
             "a logged block"
         );
-        l.busy.store(BUSY_MOST, Ordering::SeqCst);
+        l.busy.store(1, Ordering::SeqCst);
         assert!(
             l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
-            "past the most at once"
+            "another in progress"
         );
-        assert_eq!(l.busy.load(Ordering::SeqCst), BUSY_MOST);
+        assert_eq!(l.busy.load(Ordering::SeqCst), 1);
         l.busy.store(0, Ordering::SeqCst);
         assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
+        let wait = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let w = wait.clone();
+        l.set_may_block(Box::new(move || !w.load(Ordering::SeqCst)));
+        assert!(
+            l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
+            "a request waits"
+        );
+        wait.store(false, Ordering::SeqCst);
+        assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
+        assert_eq!(l.busy.load(Ordering::SeqCst), 0);
         let st = l.stats();
-        assert_eq!((st.reads, st.bytes, st.refused), (2, 2 * 65536, 1));
+        assert_eq!((st.reads, st.bytes, st.refused), (3, 3 * 65536, 1));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
