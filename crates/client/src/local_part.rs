@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::data::DataPath;
@@ -57,8 +57,8 @@ pub(crate) struct LocalParts {
     /// Data servers whose parts this node cannot read itself.
     elsewhere: Mutex<Vec<bool>>,
     grants: Mutex<Grants>,
-    /// Local reads in progress (at most one: see [`LocalParts::read`]).
-    busy: AtomicUsize,
+    /// A local read is in progress (at most one: see [`LocalParts::read`]).
+    reading: AtomicBool,
     may_block: std::sync::OnceLock<MayBlock>,
     reads: AtomicU64,
     read_bytes: AtomicU64,
@@ -131,7 +131,7 @@ impl LocalParts {
             },
             elsewhere: Mutex::new(vec![false; servers]),
             grants: Mutex::default(),
-            busy: AtomicUsize::new(0),
+            reading: AtomicBool::new(false),
             may_block: std::sync::OnceLock::new(),
             reads: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
@@ -194,6 +194,13 @@ impl LocalParts {
         if !off.is_multiple_of(ALIGN) || !len.is_multiple_of(ALIGN) || len == 0 {
             return Err(buf);
         }
+        // Only one at a time, and in a mount only while no other request
+        // waits: otherwise the data server's read is as quick, and takes
+        // no thread here. Asked first, so such a fetch costs no
+        // `LocalPart` request either.
+        if !self.may_read_here() {
+            return Err(buf);
+        }
         let Some(part) = self.grant(data, server, handle).await else {
             return Err(buf);
         };
@@ -201,15 +208,16 @@ impl LocalParts {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(buf);
         }
-        // Only one at a time, and in a mount only while no other request
-        // waits: otherwise the data server's read is as quick, and takes
-        // no thread here.
-        if self.busy.fetch_add(1, Ordering::SeqCst) > 0 || !self.may_block.get().is_none_or(|f| f()) {
-            self.busy.fetch_sub(1, Ordering::SeqCst);
+        if !self.may_read_here()
+            || self
+                .reading
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
             return Err(buf);
         }
         let r = read_block(&part.file, off, len, buf);
-        self.busy.fetch_sub(1, Ordering::SeqCst);
+        self.reading.store(false, Ordering::SeqCst);
         match r {
             Ok((buf, n)) if n as u64 == len || off + n as u64 >= need => {
                 self.reads.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +233,12 @@ impl LocalParts {
                 Err(buf)
             }
         }
+    }
+
+    /// Whether a local read may be made on this thread now: none is in
+    /// progress, and nothing else waits for the thread.
+    fn may_read_here(&self) -> bool {
+        !self.reading.load(Ordering::SeqCst) && self.may_block.get().is_none_or(|f| f())
     }
 
     /// The open part file of `handle` on `server`, asking the server for
@@ -461,13 +475,13 @@ mod tests {
             l.read(&data, (0, 7), 2 * 65536, 65536, 0, Block::new()).await.is_err(),
             "a logged block"
         );
-        l.busy.store(1, Ordering::SeqCst);
+        l.reading.store(true, Ordering::SeqCst);
         assert!(
             l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
             "another in progress"
         );
-        assert_eq!(l.busy.load(Ordering::SeqCst), 1);
-        l.busy.store(0, Ordering::SeqCst);
+        assert!(l.reading.load(Ordering::SeqCst));
+        l.reading.store(false, Ordering::SeqCst);
         assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
         let wait = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let w = wait.clone();
@@ -478,7 +492,7 @@ mod tests {
         );
         wait.store(false, Ordering::SeqCst);
         assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
-        assert_eq!(l.busy.load(Ordering::SeqCst), 0);
+        assert!(!l.reading.load(Ordering::SeqCst));
         let st = l.stats();
         assert_eq!((st.reads, st.bytes, st.refused), (3, 3 * 65536, 1));
         std::fs::remove_dir_all(&d).unwrap();
