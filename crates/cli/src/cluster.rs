@@ -919,9 +919,11 @@ fn print_status(r: &StatusReport) -> Result<()> {
         let st = &n.stats;
         if st.local_part_reads + st.local_part_refused > 0 {
             outln!(
-                "        local reads (blocks read from this machine's data servers' part files): {}, \
+                "        local reads (reads from this machine's data servers' part files): {} \
+                 (of them, only the pages a random reader asked for: {}), \
                  sent to the server instead (its write log held their bytes): {}",
                 st.local_part_reads,
+                st.local_part_short,
                 st.local_part_refused
             )?;
         }

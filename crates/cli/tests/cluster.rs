@@ -1067,6 +1067,54 @@ async fn read_pieces_opened(fs: &Fs, path: &str, offsets: &[u64], len: u64) -> V
     out
 }
 
+/// A random reader's few pages of a block the node cache lacks come from
+/// the part's file alone, around the node cache (docs/client.md, "Local
+/// reads"); the block's next miss reads it whole into the node cache,
+/// whose copy answers after that. Bytes at any offset, as the servers
+/// would answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reads_read_only_their_pages_until_a_block_is_missed_again() {
+    let c = Cluster::up("read-pages", 2);
+    let w = c.fs().await;
+    let a = w.create("/f", 0o644, true).await.unwrap();
+    const MIB: u64 = 1 << 20;
+    let model: Vec<u8> = (0..8 * MIB).map(|i| (i * 7 % 251) as u8).collect();
+    w.write_at(&a, 0, &model).await.unwrap();
+    w.close(&a, true).await.unwrap();
+    // Far apart, not 4 KiB aligned, some across a page boundary.
+    let offsets: Vec<u64> = (1..9).map(|i| ((i * 3) % 8) * MIB + 4050 * i + 65536).collect();
+    let want: Vec<Vec<u8>> = offsets
+        .iter()
+        .map(|&o| model[o as usize..o as usize + 300].to_vec())
+        .collect();
+    let r = c.fs().await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let before = r.node_stats();
+        assert!(
+            read_pieces_opened(&r, "/f", &offsets, 300).await == want,
+            "wrong bytes read"
+        );
+        let after = r.node_stats();
+        seen.push((
+            after.local_part_reads - before.local_part_reads,
+            after.local_part_short - before.local_part_short,
+        ));
+    }
+    let [(reads1, short1), (reads2, short2), (reads3, _)] = seen[..] else {
+        unreachable!()
+    };
+    assert!(
+        short1 >= 6 && reads1 == short1,
+        "first touches read their pages only: {seen:?}"
+    );
+    assert!(short2 == 0 && reads2 >= 6, "second touches read whole blocks: {seen:?}");
+    assert_eq!(reads3, 0, "then the node cache answers: {seen:?}");
+    for fs in [w, r] {
+        fs.shutdown().await.unwrap();
+    }
+}
+
 /// Local reads (docs/client.md): a node on the data servers' machine reads
 /// a random reader's missed blocks from their part files. It sees what
 /// the servers would answer: another node's change, logged at a data

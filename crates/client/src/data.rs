@@ -377,6 +377,39 @@ impl DataPath {
         self.local.set_may_block(f);
     }
 
+    /// Whether block `index` of `handle` (not in the node cache) may be
+    /// read around it ([`LocalParts::admits_around`]).
+    pub(crate) fn admits_around(&self, handle: u64, index: u64) -> bool {
+        self.local.admits_around(handle, index)
+    }
+
+    /// Reads `out.len()` bytes at `offset` of `handle`, which lie in block
+    /// `index`, from the part file of a data server on this machine,
+    /// around the node cache ([`LocalParts::read_pages`]), if they lie in
+    /// one stripe unit of a server whose files this node reads. False:
+    /// read them the usual way.
+    pub(crate) async fn read_pages_here(&self, handle: u64, offset: u64, index: u64, out: &mut [u8]) -> bool {
+        if self.maybe_on_metadata(handle) {
+            return false;
+        }
+        let Ok(k) = self.known(handle) else {
+            return false;
+        };
+        let mut chunks = k.placement.layout.chunks(offset, out.len() as u64);
+        let (Some(c), None) = (chunks.next(), chunks.next()) else {
+            return false;
+        };
+        let pos = c.server as usize;
+        let s = k.placement.servers[pos];
+        if !self.local.may_try(s) {
+            return false;
+        }
+        let need = need(&k, pos, c.server_offset, c.len);
+        self.local
+            .read_pages(self, (s, handle), (c.server_offset, need), index, out)
+            .await
+    }
+
     fn placement(&self, handle: u64) -> Result<Placement> {
         Ok(self.known(handle)?.placement)
     }

@@ -1517,6 +1517,31 @@ impl Fs {
         Ok(out)
     }
 
+    /// Reads `out` at `offset` of the file around the node cache, from a
+    /// part file of a data server on this machine, where a random reader
+    /// asks for a few pages of a block the node cache lacks
+    /// ([`crate::local_part`]): a plain file (no cooperative tier, no
+    /// durable write cache, no block directory that would call a holder
+    /// back), at most a quarter of a block, in one block, seen so for the
+    /// first time lately. False: read it through the node cache.
+    async fn reads_around(&self, st: &FileState, handle: u64, offset: u64, out: &mut [u8]) -> bool {
+        let bs = self.cache.block_size as u64;
+        let len = out.len() as u64;
+        let index = offset / bs;
+        if len == 0
+            || len * 4 > bs
+            || (offset + len - 1) / bs != index
+            || st.policies.cooperative != CooperativeKind::None
+            || st.policies.nv
+            || st.plugin.tracks_blocks()
+            || st.pool.holds(parcache_core::BlockKey::new(handle, index))
+            || !self.data.admits_around(handle, index)
+        {
+            return false;
+        }
+        self.data.read_pages_here(handle, offset, index, out).await
+    }
+
     /// Reads into `buf` at `offset`; returns how many bytes the file had
     /// there (fewer than asked at its end), every one of `buf[..n]` written
     /// (a mount reuses its buffers: what they held before never shows). A
@@ -1525,7 +1550,10 @@ impl Fs {
         let st = self.state(a).await?;
         let now = self.now();
         let end = offset.saturating_add(buf.len() as u64);
+        // A read that does not continue one of the file's last ones.
+        let mut random = false;
         let pre = self.with_file(a.handle, |p, f| {
+            random = !f.continues_a_read(offset);
             f.note_read(offset, buf.len() as u64);
             let mut acts = p.pre_read(f, now);
             if acts.is_empty() && f.cached && f.read_past_known_end(end, a.size) {
@@ -1589,6 +1617,9 @@ impl Fs {
         if self.discretionary(a.handle, st.policies.cooperative) {
             self.discretionary_read(&st.pool, a.handle, st.policies.cooperative, offset, &mut buf[..n])
                 .await?;
+            return Ok(n);
+        }
+        if random && self.reads_around(&st, a.handle, offset, &mut buf[..n]).await {
             return Ok(n);
         }
         st.pool

@@ -130,6 +130,7 @@ impl Fs {
         let l = self.data.local_read_stats();
         s.local_part_reads = l.reads;
         s.local_part_refused = l.refused;
+        s.local_part_short = l.short;
         s
     }
 

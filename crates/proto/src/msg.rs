@@ -871,6 +871,9 @@ pub struct NodeStats {
     /// instead because the server's write log held their bytes.
     pub local_part_reads: u64,
     pub local_part_refused: u64,
+    /// Of `local_part_reads`, those of only the pages a random reader
+    /// asked for, around the node cache.
+    pub local_part_short: u64,
 }
 
 /// A node as the metadata server knows it.

@@ -289,7 +289,17 @@ pub struct NodeFile {
     /// program's read the kernel split in two (a buffer not on a page
     /// boundary), not a program reading in small pieces.
     pub read_small: bool,
+    /// Where the last [`READ_STREAMS`] reads asked of the node ended, most
+    /// recent first: a read that starts at one of them continues a
+    /// sequential reader's stream, though other readers' reads came in
+    /// between ([`NodeFile::continues_a_read`]).
+    pub read_ends: [u64; READ_STREAMS],
 }
+
+/// Sequential readers of one file whose reads the node tells apart from a
+/// random reader's ([`NodeFile::continues_a_read`]): processes or threads
+/// each reading their share, interleaved.
+pub const READ_STREAMS: usize = 4;
 
 impl NodeFile {
     /// A file first met with the server's view of it at `now`.
@@ -311,7 +321,15 @@ impl NodeFile {
             small_reads: 0,
             read_end: 0,
             read_small: true,
+            read_ends: [0; READ_STREAMS],
         }
+    }
+
+    /// Whether a read at `offset` starts where one of the file's last
+    /// [`READ_STREAMS`] reads ended (or at the start of the file): a
+    /// sequential reader's, not a random one's.
+    pub fn continues_a_read(&self, offset: u64) -> bool {
+        offset == 0 || self.read_ends.contains(&offset)
     }
 
     /// Whether the kernel's pages of the file are current: the node caches
@@ -329,6 +347,15 @@ impl NodeFile {
         }
         self.read_end = offset.saturating_add(len);
         self.read_small = small;
+        // The stream this read continues moves to the front; a new one
+        // takes the place of the oldest.
+        let at = self
+            .read_ends
+            .iter()
+            .position(|&e| e == offset)
+            .unwrap_or(READ_STREAMS - 1);
+        self.read_ends.copy_within(0..at, 1);
+        self.read_ends[0] = self.read_end;
     }
 
     /// Whether an open for reading only of the file, `size` bytes long, is
@@ -964,6 +991,34 @@ mod tests {
         let mut g = NodeFile::new(ServerView { size: big, version: 1 }, Time::ZERO);
         assert!(!g.kernel_keeps());
         assert!(!g.streams(big), "the kernel's pages are current");
+    }
+
+    /// Up to four sequential readers interleaved are each told apart from
+    /// a random reader; a fifth stream pushes the oldest out.
+    #[test]
+    fn interleaved_sequential_readers_continue_their_reads() {
+        let mut f = NodeFile::new(
+            ServerView {
+                size: 1 << 30,
+                version: 1,
+            },
+            Time::ZERO,
+        );
+        assert!(f.continues_a_read(0), "the start of the file");
+        assert!(!f.continues_a_read(4096));
+        let starts = [0u64, 1 << 20, 2 << 20, 3 << 20];
+        for k in 0..100u64 {
+            for s in starts {
+                let at = s + k * 4096;
+                assert!(k == 0 || f.continues_a_read(at), "stream {s} at {k}");
+                f.note_read(at, 4096);
+            }
+        }
+        assert!(!f.continues_a_read(777 << 12), "a random read");
+        f.note_read(777 << 12, 4096);
+        assert!(f.continues_a_read(778 << 12));
+        assert!(!f.continues_a_read(100 * 4096), "the oldest stream went");
+        assert!(f.continues_a_read((3 << 20) + 100 * 4096));
     }
 
     /// An open's attributes fetched before this node's own report was
