@@ -171,6 +171,27 @@ fn a_second_daemon_on_one_directory_is_refused() {
     assert_eq!(cat(&c, "f"), b"kept");
 }
 
+/// A daemon's directory holds what clients wrote (a data server's parts
+/// and log, the metadata server's copies of small files): its owner's
+/// alone, so another local user cannot read it without the cluster
+/// secret. One opened by hand is closed again at the next start.
+#[test]
+fn daemon_directories_are_their_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::up("trust-private", 2);
+    put(&c, "f", b"private bytes");
+    let mode = |sub: &str| std::fs::metadata(c.dir.join(sub)).unwrap().permissions().mode() & 0o777;
+    for sub in ["iod-0", "iod-1", "mds"] {
+        assert_eq!(mode(sub) & 0o077, 0, "{sub}: {:o}", mode(sub));
+    }
+    let (ok, _, err) = parcache(&["down", "--data", c.d()]);
+    assert!(ok, "{err}");
+    std::fs::set_permissions(c.dir.join("iod-0"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    c.start(2);
+    assert_eq!(mode("iod-0"), 0o700);
+    assert_eq!(cat(&c, "f"), b"private bytes");
+}
+
 /// Issue 9.2: a stripe missing from a data server's store is an error,
 /// never zeros; holes (sparse files, truncate up) still read as zeros.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
