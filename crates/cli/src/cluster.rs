@@ -927,6 +927,12 @@ fn print_status(r: &StatusReport) -> Result<()> {
                 st.local_part_refused
             )?;
         }
+        if st.server_page_reads > 0 {
+            outln!(
+                "        random reads of a few pages answered by a data server with only those pages: {}",
+                st.server_page_reads
+            )?;
+        }
         let bypasses =
             st.local_read_bypasses + st.local_write_bypasses + st.global_read_bypasses + st.global_write_bypasses;
         if bypasses + st.global_hits + st.global_misses > 0 {

@@ -1110,7 +1110,60 @@ async fn random_reads_read_only_their_pages_until_a_block_is_missed_again() {
     );
     assert!(short2 == 0 && reads2 >= 6, "second touches read whole blocks: {seen:?}");
     assert_eq!(reads3, 0, "then the node cache answers: {seen:?}");
-    for fs in [w, r] {
+
+    // A node that does not read part files (another machine's, say) asks
+    // the data servers for the pages alone (`ReadPages`), in the same
+    // rounds.
+    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
+    let mds = c.info()["mds"].as_str().unwrap().to_string();
+    let remote = parcache_client::NodeCacheConfig {
+        local_reads: false,
+        ..Default::default()
+    };
+    let n = Fs::connect_with(&mds, &secret, remote).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let before = n.node_stats();
+        assert!(
+            read_pieces_opened(&n, "/f", &offsets, 300).await == want,
+            "wrong bytes read"
+        );
+        let after = n.node_stats();
+        seen.push((
+            after.server_page_reads - before.server_page_reads,
+            after.server_reads - before.server_reads,
+        ));
+    }
+    assert_eq!(n.node_stats().local_part_reads, 0);
+    let [(pages1, _), (pages2, blocks2), (pages3, blocks3)] = seen[..] else {
+        unreachable!()
+    };
+    assert!(pages1 >= 6, "first touches: pages from the servers: {seen:?}");
+    assert!(pages2 == 0 && blocks2 >= 6, "second touches: whole blocks: {seen:?}");
+    assert_eq!((pages3, blocks3), (0, 0), "then the node cache answers: {seen:?}");
+
+    // Another node changes 100 bytes of a block (logged at its server,
+    // not in its store yet): the server answers those pages through its
+    // log and cache, not from its store.
+    let o = w.resolve("/f").await.unwrap();
+    let o = w.getattr_to_open(o.handle).await.unwrap();
+    let o = w.open(&o, true).await.unwrap();
+    let at = offsets[3] + 10;
+    w.write_at(&o, at, &[7u8; 100]).await.unwrap();
+    w.close(&o, true).await.unwrap();
+    let mut model = model;
+    model[at as usize..at as usize + 100].fill(7);
+    let want: Vec<Vec<u8>> = offsets
+        .iter()
+        .map(|&o| model[o as usize..o as usize + 300].to_vec())
+        .collect();
+    let before = n.node_stats().server_page_reads;
+    assert!(
+        read_pieces_opened(&n, "/f", &offsets, 300).await == want,
+        "a data server answered pages from its store without a logged change"
+    );
+    assert!(n.node_stats().server_page_reads - before >= 6);
+    for fs in [w, r, n] {
         fs.shutdown().await.unwrap();
     }
 }

@@ -384,10 +384,10 @@ impl DataPath {
     }
 
     /// Reads `out.len()` bytes at `offset` of `handle`, which lie in block
-    /// `index`, from the part file of a data server on this machine,
-    /// around the node cache ([`LocalParts::read_pages`]), if they lie in
-    /// one stripe unit of a server whose files this node reads. False:
-    /// read them the usual way.
+    /// `index` and one stripe unit, around the node cache: from the part
+    /// file of a data server on this machine ([`LocalParts::read_pages`]),
+    /// or else only their pages from the data server
+    /// ([`Request::ReadPages`]). False: read them the usual way.
     pub(crate) async fn read_pages_here(&self, handle: u64, offset: u64, index: u64, out: &mut [u8]) -> bool {
         if self.maybe_on_metadata(handle) {
             return false;
@@ -401,13 +401,35 @@ impl DataPath {
         };
         let pos = c.server as usize;
         let s = k.placement.servers[pos];
-        if !self.local.may_try(s) {
-            return false;
+        let (off, len) = (c.server_offset, c.len);
+        if self.local.may_try(s)
+            && self
+                .local
+                .read_pages(self, (s, handle), (off, need(&k, pos, off, len)), index, out)
+                .await
+        {
+            return true;
         }
-        let need = need(&k, pos, c.server_offset, c.len);
-        self.local
-            .read_pages(self, (s, handle), (c.server_offset, need), index, out)
-            .await
+        // From the data server: only the pages, around its cache too.
+        let (first, end) = (off / 4096 * 4096, (off + len).div_ceil(4096) * 4096);
+        let req = Request::ReadPages {
+            handle,
+            offset: first,
+            len: end - first,
+            need: need(&k, pos, first, end - first),
+        };
+        match self.call(s, &req, &[]).await {
+            Ok((Response::Data { .. }, d)) => {
+                let from = (off - first) as usize;
+                let have = d.len().saturating_sub(from).min(out.len());
+                out[..have].copy_from_slice(&d[from..from + have]);
+                out[have..].fill(0);
+                self.local.read_at_server(handle, index);
+                true
+            }
+            // The usual read says what is wrong.
+            _ => false,
+        }
     }
 
     fn placement(&self, handle: u64) -> Result<Placement> {

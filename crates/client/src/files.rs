@@ -1518,9 +1518,10 @@ impl Fs {
     }
 
     /// Reads `out` at `offset` of the file around the node cache, from a
-    /// part file of a data server on this machine, where a random reader
-    /// asks for a few pages of a block the node cache lacks
-    /// ([`crate::local_part`]): a plain file (no cooperative tier, no
+    /// part file of a data server on this machine or else only its pages
+    /// from the data server, where a random reader asks for a few pages of
+    /// a block the node cache lacks ([`crate::local_part`]): a plain file
+    /// (no cooperative tier, no
     /// durable write cache, no block directory that would call a holder
     /// back), at most a quarter of a block, in one block, seen so for the
     /// first time lately. False: read it through the node cache.

@@ -84,6 +84,7 @@ pub(crate) struct LocalParts {
     read_bytes: AtomicU64,
     refused: AtomicU64,
     short: AtomicU64,
+    server_pages: AtomicU64,
 }
 
 /// Blocks (file, index) read around the node cache lately, oldest first.
@@ -149,6 +150,11 @@ pub struct LocalReadStats {
     /// Of `reads`, those of only the pages a random reader asked for, not
     /// the whole block, around the node cache ([`LocalParts::read_pages`]).
     pub short: u64,
+    /// Reads around the node cache a data server answered with only the
+    /// pages asked for (`ReadPages`), where this node could not read them
+    /// itself (another machine's server, or a local read not possible
+    /// then).
+    pub server_pages: u64,
 }
 
 impl LocalParts {
@@ -170,6 +176,7 @@ impl LocalParts {
             read_bytes: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             short: AtomicU64::new(0),
+            server_pages: AtomicU64::new(0),
         }
     }
 
@@ -191,6 +198,7 @@ impl LocalParts {
             bytes: self.read_bytes.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
             short: self.short.load(Ordering::Relaxed),
+            server_pages: self.server_pages.load(Ordering::Relaxed),
         }
     }
 
@@ -198,7 +206,28 @@ impl LocalParts {
     /// be read around it: not if it was so read lately (it is read whole
     /// into the node cache this time, and forgotten here).
     pub(crate) fn admits_around(&self, handle: u64, index: u64) -> bool {
-        self.enabled && !self.around.lock().set.remove(&(handle, index))
+        !self.around.lock().set.remove(&(handle, index))
+    }
+
+    /// Notes block `index` of `handle` as read around the node cache: its
+    /// next miss reads it whole ([`LocalParts::admits_around`]).
+    fn noted_around(&self, handle: u64, index: u64) {
+        let mut a = self.around.lock();
+        if a.set.insert((handle, index)) {
+            a.order.push_back((handle, index));
+        }
+        while a.order.len() > AROUND_KEPT {
+            if let Some(k) = a.order.pop_front() {
+                a.set.remove(&k);
+            }
+        }
+    }
+
+    /// A read around the node cache answered by a data server (its
+    /// `ReadPages`): noted as [`LocalParts::read_pages`] notes its own.
+    pub(crate) fn read_at_server(&self, handle: u64, index: u64) {
+        self.server_pages.fetch_add(1, Ordering::Relaxed);
+        self.noted_around(handle, index);
     }
 
     /// Reads `out.len()` bytes at `off` of the part of file `handle` on
@@ -228,16 +257,7 @@ impl LocalParts {
                 out[..have].copy_from_slice(&buf[from..from + have]);
                 out[have..].fill(0);
                 self.short.fetch_add(1, Ordering::Relaxed);
-                let mut a = self.around.lock();
-                if a.set.insert((handle, index)) {
-                    a.order.push_back((handle, index));
-                }
-                while a.order.len() > AROUND_KEPT {
-                    if let Some(k) = a.order.pop_front() {
-                        a.set.remove(&k);
-                    }
-                }
-                drop(a);
+                self.noted_around(handle, index);
                 *self.pages.lock() = buf;
                 return true;
             }

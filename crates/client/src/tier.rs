@@ -131,6 +131,7 @@ impl Fs {
         s.local_part_reads = l.reads;
         s.local_part_refused = l.refused;
         s.local_part_short = l.short;
+        s.server_page_reads = l.server_pages;
         s
     }
 

@@ -387,6 +387,17 @@ pub enum Request {
         len: u64,
         need: u64,
     },
+    /// As `Read`, for a random reader's first touch of a block, which
+    /// neither end keeps: where no block the bytes lie in is in this
+    /// server's cache or write log, they are read from its store alone
+    /// (page-aligned: around the page cache), not their whole block into
+    /// its cache; otherwise as `Read`.
+    ReadPages {
+        handle: Handle,
+        offset: u64,
+        len: u64,
+        need: u64,
+    },
     /// Grow this server's part of the file to at least `len` bytes (a hole
     /// at its end): sent before a size that covers it is reported, so every
     /// part is as long as the file's size says.
@@ -874,6 +885,9 @@ pub struct NodeStats {
     /// Of `local_part_reads`, those of only the pages a random reader
     /// asked for, around the node cache.
     pub local_part_short: u64,
+    /// Reads around the node cache a data server answered with only the
+    /// pages asked for (`ReadPages`).
+    pub server_page_reads: u64,
 }
 
 /// A node as the metadata server knows it.
@@ -930,6 +944,9 @@ pub struct ServerStats {
     /// Bytes of whole blocks written to a data server that its cache took
     /// in the memory they arrived in, not as a copy, since it started.
     pub landed_write_bytes: u64,
+    /// Reads a data server answered from its store alone, around its
+    /// cache (`ReadPages`: a random reader's first touch of a block).
+    pub page_reads: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -1265,7 +1282,7 @@ impl Request {
         if let As { req, .. } | Once { req, .. } = self {
             return req.changes_nothing();
         }
-        self.reads_metadata_only() || matches!(self, Read { .. } | LocalPart { .. } | Sync)
+        self.reads_metadata_only() || matches!(self, Read { .. } | ReadPages { .. } | LocalPart { .. } | Sync)
     }
 
     /// Whether a client sends the request to the metadata server made at
@@ -1344,6 +1361,7 @@ impl Request {
                 | Write { .. }
                 | WriteBuffered { .. }
                 | Read { .. }
+                | ReadPages { .. }
                 | LocalPart { .. }
                 | Extend { .. }
                 | Truncate { .. }

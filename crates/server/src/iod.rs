@@ -199,6 +199,8 @@ struct Iod {
     checkpoint_bytes: u64,
     checkpointing: std::sync::atomic::AtomicBool,
     reads: AtomicU64,
+    /// Reads answered from the store alone ([`IodHandler::read_pages`]).
+    page_reads: AtomicU64,
     writes: AtomicU64,
     /// Syncs asked for (`Request::Sync`).
     syncs: AtomicU64,
@@ -831,6 +833,49 @@ fn beyond_limit(what: &str, handle: u64, offset: u64, len: u64) -> Option<Respon
 struct IodHandler(Arc<Iod>, Arc<watch::Sender<bool>>);
 
 impl IodHandler {
+    /// A random reader's first touch of a block ([`Request::ReadPages`]):
+    /// the bytes from the store alone when every block they lie in is in
+    /// the store as a read through the cache would find it (none in the
+    /// cache, nothing of it logged or cut since the last checkpoint, under
+    /// the gate a checkpoint takes); else as [`IodHandler::read`]. Neither
+    /// this server's cache nor its read-ahead sees it.
+    async fn read_pages(&self, handle: u64, offset: u64, len: u64, need: u64) -> (Response, Vec<Bytes>) {
+        let iod = &self.0;
+        let b = IOD_BLOCK as u64;
+        if len == 0 || len > b || beyond_limit("read", handle, offset, len).is_some() {
+            return self.read(handle, offset, len, need).await;
+        }
+        let gate = iod.gate.read().await;
+        let in_store = (offset / b..(offset + len).div_ceil(b))
+            .all(|k| iod.direct.may_place(handle, k, IOD_BLOCK) && !iod.cache.holds(BlockKey::new(handle, k)));
+        let have = match in_store {
+            true => iod.part_len(handle).await.ok().filter(|&have| have >= need),
+            false => None,
+        };
+        let Some(have) = have else {
+            // As a read through the cache, which says what is wrong.
+            drop(gate);
+            return self.read(handle, offset, len, need).await;
+        };
+        iod.reads.fetch_add(1, Ordering::Relaxed);
+        iod.page_reads.fetch_add(1, Ordering::Relaxed);
+        let held = have.saturating_sub(offset).min(len);
+        if held == 0 {
+            return (Response::Data { len: 0 }, Vec::new());
+        }
+        match iod.blocking(move |s| s.read(handle, offset, held)).await {
+            Ok(d) if d.len() as u64 == held => (Response::Data { len: held }, vec![d]),
+            // The part's length counts what a cut or an extension left
+            // past its stored bytes: zeros.
+            Ok(d) => {
+                let mut v = d.to_vec();
+                v.resize(held as usize, 0);
+                (Response::Data { len: held }, vec![Bytes::from(v)])
+            }
+            Err(e) => (io_reply(&format!("read of handle {handle}"), e), Vec::new()),
+        }
+    }
+
     /// A read, answered with the blocks straight out of the cache, one
     /// piece each (no copy).
     async fn read(&self, handle: u64, offset: u64, len: u64, need: u64) -> (Response, Vec<Bytes>) {
@@ -934,6 +979,12 @@ impl Handler for IodHandler {
                 len,
                 need,
             } => self.read(handle, offset, len, need).await,
+            Request::ReadPages {
+                handle,
+                offset,
+                len,
+                need,
+            } => self.read_pages(handle, offset, len, need).await,
             req => {
                 let (resp, data) = self.handle(req, data).await;
                 (resp, vec![data])
@@ -986,6 +1037,15 @@ impl Handler for IodHandler {
                 // The connection asks `handle_pieces`, which sends the
                 // pieces uncopied; this is for a caller that wants one.
                 let (resp, pieces) = self.read(handle, offset, len, need).await;
+                return (resp, Bytes::from(pieces.concat()));
+            }
+            Request::ReadPages {
+                handle,
+                offset,
+                len,
+                need,
+            } => {
+                let (resp, pieces) = self.read_pages(handle, offset, len, need).await;
                 return (resp, Bytes::from(pieces.concat()));
             }
             Request::Truncate { handle, len } if len > MAX_PART => Response::error(
@@ -1167,6 +1227,7 @@ impl Handler for IodHandler {
                     cache_memory_bytes: iod.cache.memory_bytes(),
                     direct_write_bytes: iod.store.written_direct(),
                     landed_write_bytes: iod.landed.load(Ordering::Relaxed),
+                    page_reads: iod.page_reads.load(Ordering::Relaxed),
                 })
             }
             other => Response::error(
@@ -1236,6 +1297,7 @@ pub async fn start(cfg: IodConfig) -> io::Result<crate::Running> {
         checkpoint_bytes: cfg.checkpoint_bytes,
         checkpointing: false.into(),
         reads: AtomicU64::new(0),
+        page_reads: AtomicU64::new(0),
         writes: AtomicU64::new(0),
         syncs: AtomicU64::new(0),
         requests: AtomicU64::new(0),
