@@ -863,7 +863,12 @@ impl IodHandler {
         if held == 0 {
             return (Response::Data { len: 0 }, Vec::new());
         }
-        match iod.blocking(move |s| s.read(handle, offset, held)).await {
+        // On this thread if the store is idle, as a block's demand read.
+        let got = match iod.below.reads.read_range_here(handle, offset, held) {
+            Some(got) => got,
+            None => iod.blocking(move |s| s.read(handle, offset, held)).await,
+        };
+        match got {
             Ok(d) if d.len() as u64 == held => (Response::Data { len: held }, vec![d]),
             // The part's length counts what a cut or an extension left
             // past its stored bytes: zeros.

@@ -149,10 +149,36 @@ impl ReadQueue {
 
     /// Reads in place if the store is idle; gives `into` back if not.
     fn here(&self, handle: u64, index: u64, mut into: Option<Block>) -> Result<Answered, Option<Block>> {
+        let got = self.if_idle(|| match into.as_mut() {
+            Some(b) => self.read_into(handle, index, &mut [b]).map(|n| Got::Into(n[0])),
+            None => self.read_run(handle, index, index).map(Got::Shared),
+        });
+        match got {
+            Some(got) => Ok((into, got)),
+            None => Err(into),
+        }
+    }
+
+    /// `len` bytes at `offset` of part `handle` (short at its end), read
+    /// on this thread if the store is idle, as [`ReadQueue::read_here`]
+    /// reads a block; `None` if it is not. For a read around the cache
+    /// (`ReadPages`), which no queue merges.
+    pub fn read_range_here(&self, handle: u64, offset: u64, len: u64) -> Option<io::Result<Bytes>> {
+        self.if_idle(|| {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.store
+                .read_in(handle, offset, len, self.bufs.take(len as usize + DIRECT_ALIGN))
+                .map(|(buf, at)| self.bufs.bytes(buf).slice(at))
+        })
+    }
+
+    /// Runs `read` on this thread if the store is idle (no reader at work,
+    /// nothing waiting, no other read here); `None` if it is not.
+    fn if_idle<T>(&self, read: impl FnOnce() -> T) -> Option<T> {
         {
             let mut st = self.st.lock();
             if st.readers > 0 || !st.waiting.is_empty() || st.reading_here {
-                return Err(into);
+                return None;
             }
             st.reading_here = true;
         }
@@ -164,11 +190,7 @@ impl ReadQueue {
             }
         }
         let _here = Here(self);
-        let got = match into.as_mut() {
-            Some(b) => self.read_into(handle, index, &mut [b]).map(|n| Got::Into(n[0])),
-            None => self.read_run(handle, index, index).map(Got::Shared),
-        };
-        Ok((into, got))
+        Some(read())
     }
 
     /// Reads blocks `first..=last` of part `handle` as one read.
