@@ -420,8 +420,9 @@ impl DataPath {
         };
         match self.call(s, &req, &[]).await {
             Ok((Response::Data { .. }, d)) => {
-                let from = (off - first) as usize;
-                let have = d.len().saturating_sub(from).min(out.len());
+                // Past the part's end (a hole at the file's end): zeros.
+                let from = ((off - first) as usize).min(d.len());
+                let have = (d.len() - from).min(out.len());
                 out[..have].copy_from_slice(&d[from..from + have]);
                 out[have..].fill(0);
                 self.local.read_at_server(handle, index);

@@ -1521,10 +1521,10 @@ impl Fs {
     /// part file of a data server on this machine or else only its pages
     /// from the data server, where a random reader asks for a few pages of
     /// a block the node cache lacks ([`crate::local_part`]): a plain file
-    /// (no cooperative tier, no
-    /// durable write cache, no block directory that would call a holder
-    /// back), at most a quarter of a block, in one block, seen so for the
-    /// first time lately. False: read it through the node cache.
+    /// (no cooperative tier, no durable write cache, no block directory
+    /// that would call a holder back), at most a quarter of a block, in
+    /// one block not yet read around the cache twice lately. False: read
+    /// it through the node cache.
     async fn reads_around(&self, st: &FileState, handle: u64, offset: u64, out: &mut [u8]) -> bool {
         let bs = self.cache.block_size as u64;
         let len = out.len() as u64;

@@ -274,8 +274,9 @@ impl LocalParts {
         let buf = std::mem::take(&mut *self.pages.lock());
         let buf = match self.read(data, (server, handle), first, end - first, need, buf).await {
             Ok((buf, n)) => {
-                let from = (off - first) as usize;
-                let have = n.saturating_sub(from).min(out.len());
+                // Past the file's end (a hole at the part's end): zeros.
+                let from = ((off - first) as usize).min(n);
+                let have = (n - from).min(out.len());
                 out[..have].copy_from_slice(&buf[from..from + have]);
                 out[have..].fill(0);
                 self.short.fetch_add(1, Ordering::Relaxed);
@@ -663,6 +664,10 @@ mod tests {
         assert!(l.read_pages(&data, (0, 7), (at, at + 100), 2, &mut out).await);
         assert_eq!(&out[..100], &bytes[at as usize..]);
         assert!(out[100..].iter().all(|&b| b == 0), "zeros past the end");
+        // Wholly past the file's end, in its last page: zeros.
+        let mut out = vec![9u8; 50];
+        assert!(l.read_pages(&data, (0, 7), (at + 150, 0), 2, &mut out).await);
+        assert!(out.iter().all(|&b| b == 0), "zeros past the end");
         // Not while another local read is in progress: nothing written.
         l.reading.store(true, Ordering::SeqCst);
         let mut out = vec![1u8; 10];
