@@ -1067,6 +1067,28 @@ async fn read_pieces_opened(fs: &Fs, path: &str, offsets: &[u64], len: u64) -> V
     out
 }
 
+/// Reads 300 bytes at each of `offsets` on `fs` in four rounds, each a
+/// new open, checking them against `want`; returns how much each of the
+/// two counters `count` picks moved in each round.
+async fn four_rounds(
+    fs: &Fs,
+    offsets: &[u64],
+    want: &[Vec<u8>],
+    count: impl Fn(&parcache_proto::NodeStats) -> (u64, u64),
+) -> Vec<(u64, u64)> {
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let before = count(&fs.node_stats());
+        assert!(
+            read_pieces_opened(fs, "/f", offsets, 300).await == want,
+            "wrong bytes read"
+        );
+        let after = count(&fs.node_stats());
+        seen.push((after.0 - before.0, after.1 - before.1));
+    }
+    seen
+}
+
 /// A random reader's few pages of a block the node cache lacks come from
 /// the part's file alone, around the node cache (docs/client.md, "Local
 /// reads"), twice; the block's third miss reads it whole into the node
@@ -1088,19 +1110,7 @@ async fn random_reads_read_only_their_pages_until_a_block_is_missed_a_third_time
         .map(|&o| model[o as usize..o as usize + 300].to_vec())
         .collect();
     let r = c.fs().await;
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        let before = r.node_stats();
-        assert!(
-            read_pieces_opened(&r, "/f", &offsets, 300).await == want,
-            "wrong bytes read"
-        );
-        let after = r.node_stats();
-        seen.push((
-            after.local_part_reads - before.local_part_reads,
-            after.local_part_short - before.local_part_short,
-        ));
-    }
+    let seen = four_rounds(&r, &offsets, &want, |s| (s.local_part_reads, s.local_part_short)).await;
     let [(reads1, short1), (reads2, short2), (reads3, short3), (reads4, _)] = seen[..] else {
         unreachable!()
     };
@@ -1121,19 +1131,7 @@ async fn random_reads_read_only_their_pages_until_a_block_is_missed_a_third_time
         ..Default::default()
     };
     let n = Fs::connect_with(&mds, &secret, remote).await.unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        let before = n.node_stats();
-        assert!(
-            read_pieces_opened(&n, "/f", &offsets, 300).await == want,
-            "wrong bytes read"
-        );
-        let after = n.node_stats();
-        seen.push((
-            after.server_page_reads - before.server_page_reads,
-            after.server_reads - before.server_reads,
-        ));
-    }
+    let seen = four_rounds(&n, &offsets, &want, |s| (s.server_page_reads, s.server_reads)).await;
     assert_eq!(n.node_stats().local_part_reads, 0);
     let [(pages1, _), (pages2, _), (pages3, blocks3), (pages4, blocks4)] = seen[..] else {
         unreachable!()

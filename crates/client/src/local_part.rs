@@ -583,23 +583,31 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
-    /// A part's file that is lent is read, into the block's buffer; while
-    /// another local read is in progress, or the thread may not block,
-    /// the fetch goes to its data server instead.
-    #[tokio::test]
-    async fn reads_come_from_the_file_one_at_a_time() {
-        let d = scratch("busy");
+    /// A scratch directory (`name`) whose part file holds `bytes`, lent to
+    /// a node's local reads as file 7's part on server 0, with `logged`
+    /// blocks; the directory, a data path and the local reads.
+    fn lent(name: &str, bytes: &[u8], logged: Vec<u64>) -> (std::path::PathBuf, Arc<DataPath>, LocalParts) {
+        let d = scratch(name);
         let p = d.join("part");
-        let bytes: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 253) as u8).collect();
-        std::fs::write(&p, &bytes).unwrap();
+        std::fs::write(&p, bytes).unwrap();
         let data = DataPath::new(Vec::new(), parcache_proto::Secret::generate(), 65536, true);
         let l = LocalParts::new(true, 1);
         let part = Arc::new(Part {
             file: File::open(&p).unwrap(),
             block: 65536,
-            logged: vec![2],
+            logged,
         });
         l.grants.lock().files.insert(7, vec![(0, Grant::Open(part))]);
+        (d, data, l)
+    }
+
+    /// A part's file that is lent is read, into the block's buffer; while
+    /// another local read is in progress, or the thread may not block,
+    /// the fetch goes to its data server instead.
+    #[tokio::test]
+    async fn reads_come_from_the_file_one_at_a_time() {
+        let bytes: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 253) as u8).collect();
+        let (d, data, l) = lent("busy", &bytes, vec![2]);
         let (b, n) = l.read(&data, (0, 7), 65536, 65536, 0, Block::new()).await.unwrap();
         assert_eq!((n, &b[..]), (65536, &bytes[65536..2 * 65536]));
         assert!(
@@ -634,18 +642,8 @@ mod tests {
     /// go around again.
     #[tokio::test]
     async fn a_few_pages_are_read_around_the_cache_once_per_block() {
-        let d = scratch("pages");
-        let p = d.join("part");
         let bytes: Vec<u8> = (0..2 * 65536u32 + 300).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&p, &bytes).unwrap();
-        let data = DataPath::new(Vec::new(), parcache_proto::Secret::generate(), 65536, true);
-        let l = LocalParts::new(true, 1);
-        let part = Arc::new(Part {
-            file: File::open(&p).unwrap(),
-            block: 65536,
-            logged: vec![],
-        });
-        l.grants.lock().files.insert(7, vec![(0, Grant::Open(part))]);
+        let (d, data, l) = lent("pages", &bytes, vec![]);
         // 100 bytes across a page boundary of block 1.
         assert!(l.admits_around(7, 1));
         let mut out = vec![0u8; 100];
