@@ -1067,6 +1067,13 @@ async fn read_pieces_opened(fs: &Fs, path: &str, offsets: &[u64], len: u64) -> V
     out
 }
 
+/// A node of cluster `c` with node cache settings `cfg`.
+async fn node_with(c: &Cluster, cfg: parcache_client::NodeCacheConfig) -> std::sync::Arc<Fs> {
+    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
+    let mds = c.info()["mds"].as_str().unwrap().to_string();
+    Fs::connect_with(&mds, &secret, cfg).await.unwrap()
+}
+
 /// Reads 300 bytes at each of `offsets` on `fs` in four rounds, each a
 /// new open, checking them against `want`; returns how much each of the
 /// two counters `count` picks moved in each round.
@@ -1124,13 +1131,11 @@ async fn random_reads_read_only_their_pages_until_a_block_is_missed_a_third_time
     // A node that does not read part files (another machine's, say) asks
     // the data servers for the pages alone (`ReadPages`), in the same
     // rounds.
-    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
-    let mds = c.info()["mds"].as_str().unwrap().to_string();
     let remote = parcache_client::NodeCacheConfig {
         local_reads: false,
         ..Default::default()
     };
-    let n = Fs::connect_with(&mds, &secret, remote).await.unwrap();
+    let n = node_with(&c, remote).await;
     let seen = four_rounds(&n, &offsets, &want, |s| (s.server_page_reads, s.server_reads)).await;
     assert_eq!(n.node_stats().local_part_reads, 0);
     let [(pages1, _), (pages2, _), (pages3, blocks3), (pages4, blocks4)] = seen[..] else {
@@ -1233,13 +1238,11 @@ async fn local_reads_read_part_files_and_see_every_change_the_servers_would_answ
     // read before lacks it. With a pool of 16 blocks, reading 4 MiB
     // elsewhere pushes the changed block out of its cache; reading it again
     // must not come from that file.
-    let secret = parcache_proto::Secret::load(&c.dir.join("secret")).unwrap();
-    let mds = c.info()["mds"].as_str().unwrap().to_string();
     let small = parcache_client::NodeCacheConfig {
         pool_bytes: MIB,
         ..Default::default()
     };
-    let s = Fs::connect_with(&mds, &secret, small).await.unwrap();
+    let s = node_with(&c, small).await;
     let h = s.resolve("/f").await.unwrap();
     let h = s.getattr_to_open(h.handle).await.unwrap();
     let h = s.open(&h, true).await.unwrap();
@@ -1271,7 +1274,7 @@ async fn local_reads_read_part_files_and_see_every_change_the_servers_would_answ
         local_reads: false,
         ..Default::default()
     };
-    let n = Fs::connect_with(&mds, &secret, off).await.unwrap();
+    let n = node_with(&c, off).await;
     assert!(read_pieces_opened(&n, "/f", &offsets, 4096).await == want(&model));
     assert_eq!(n.node_stats().local_part_reads, 0);
     for fs in [w, r, s, n] {
