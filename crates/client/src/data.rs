@@ -411,7 +411,7 @@ impl DataPath {
             return true;
         }
         // From the data server: only the pages, around its cache too.
-        let (first, end) = (off / 4096 * 4096, (off + len).div_ceil(4096) * 4096);
+        let (first, end) = crate::local_part::page_span(off, len);
         let req = Request::ReadPages {
             handle,
             offset: first,
@@ -420,11 +420,7 @@ impl DataPath {
         };
         match self.call(s, &req, &[]).await {
             Ok((Response::Data { .. }, d)) => {
-                // Past the part's end (a hole at the file's end): zeros.
-                let from = ((off - first) as usize).min(d.len());
-                let have = (d.len() - from).min(out.len());
-                out[..have].copy_from_slice(&d[from..from + have]);
-                out[have..].fill(0);
+                crate::local_part::copy_out(out, &d, (off - first) as usize);
                 self.local.read_at_server(handle, index);
                 true
             }

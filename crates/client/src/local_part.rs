@@ -56,9 +56,24 @@ const OPEN_MAX: usize = 256;
 /// A direct read's offset, length and buffer must be aligned to this.
 const ALIGN: u64 = 4096;
 
-/// Blocks remembered as read around the node cache (their next miss reads
-/// them whole): 4,096, a 256 MiB file's worth of 64 KiB blocks, in about
-/// 100 KiB.
+/// The pages `len` bytes at `off` lie in: their first byte and the end.
+pub(crate) fn page_span(off: u64, len: u64) -> (u64, u64) {
+    (off / ALIGN * ALIGN, (off + len).div_ceil(ALIGN) * ALIGN)
+}
+
+/// Fills `out` from `got`, the bytes of the pages `out` lies in (`from`
+/// bytes into them), short at the part's end: zeros past it (a hole at the
+/// file's end).
+pub(crate) fn copy_out(out: &mut [u8], got: &[u8], from: usize) {
+    let from = from.min(got.len());
+    let have = (got.len() - from).min(out.len());
+    out[..have].copy_from_slice(&got[from..from + have]);
+    out[have..].fill(0);
+}
+
+/// Blocks remembered as read around the node cache (counting toward
+/// [`AROUND_READS`]): 4,096, a 256 MiB file's worth of 64 KiB blocks, in
+/// about 100 KiB.
 const AROUND_KEPT: usize = 4096;
 
 /// Whether a thread may block on a local read now (see
@@ -90,7 +105,7 @@ pub(crate) struct LocalParts {
 }
 
 /// Blocks (file, index) read around the node cache lately, with how many
-/// times each was, oldest first.
+/// times each was since it was last read whole, oldest first (each once).
 #[derive(Default)]
 struct Around {
     set: HashMap<(u64, u64), u32>,
@@ -216,13 +231,13 @@ impl LocalParts {
 
     /// Whether block `index` of `handle`, which the node cache lacks, may
     /// be read around it: not if it was so read [`AROUND_READS`] times
-    /// lately (it is read whole into the node cache this time, and
-    /// forgotten here).
+    /// lately (it is read whole into the node cache this time, and counts
+    /// from naught again).
     pub(crate) fn admits_around(&self, handle: u64, index: u64) -> bool {
         let mut a = self.around.lock();
-        match a.set.get(&(handle, index)) {
-            Some(&n) if n >= AROUND_READS => {
-                a.set.remove(&(handle, index));
+        match a.set.get_mut(&(handle, index)) {
+            Some(n) if *n >= AROUND_READS => {
+                *n = 0;
                 false
             }
             _ => true,
@@ -233,10 +248,12 @@ impl LocalParts {
     /// more ([`LocalParts::admits_around`]).
     fn noted_around(&self, handle: u64, index: u64) {
         let mut a = self.around.lock();
-        let n = a.set.entry((handle, index)).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            a.order.push_back((handle, index));
+        match a.set.entry((handle, index)) {
+            std::collections::hash_map::Entry::Occupied(mut n) => *n.get_mut() += 1,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(1);
+                a.order.push_back((handle, index));
+            }
         }
         while a.order.len() > AROUND_KEPT {
             if let Some(k) = a.order.pop_front() {
@@ -268,17 +285,11 @@ impl LocalParts {
         index: u64,
         out: &mut [u8],
     ) -> bool {
-        let len = out.len() as u64;
-        let first = off / ALIGN * ALIGN;
-        let end = (off + len).div_ceil(ALIGN) * ALIGN;
+        let (first, end) = page_span(off, out.len() as u64);
         let buf = std::mem::take(&mut *self.pages.lock());
         let buf = match self.read(data, (server, handle), first, end - first, need, buf).await {
             Ok((buf, n)) => {
-                // Past the file's end (a hole at the part's end): zeros.
-                let from = ((off - first) as usize).min(n);
-                let have = (n - from).min(out.len());
-                out[..have].copy_from_slice(&buf[from..from + have]);
-                out[have..].fill(0);
+                copy_out(out, &buf[..n], (off - first) as usize);
                 self.short.fetch_add(1, Ordering::Relaxed);
                 self.noted_around(handle, index);
                 *self.pages.lock() = buf;
@@ -638,8 +649,8 @@ mod tests {
     }
 
     /// A read of a few pages reads only them, at any offset, and notes
-    /// the block: its next miss is admitted whole, the one after that may
-    /// go around again.
+    /// the block: its third miss is admitted whole, the one after that
+    /// may go around again.
     #[tokio::test]
     async fn a_few_pages_are_read_around_the_cache_once_per_block() {
         let bytes: Vec<u8> = (0..2 * 65536u32 + 300).map(|i| (i % 251) as u8).collect();
