@@ -68,10 +68,17 @@ pub struct MountArgs {
     /// over io_uring".
     #[arg(long, conflicts_with = "no_io_uring")]
     io_uring: bool,
-    /// Take every request over /dev/fuse (one reading thread): the
-    /// default.
+    /// Take every request over /dev/fuse: the default.
     #[arg(long)]
     no_io_uring: bool,
+    /// Threads reading requests from /dev/fuse (the first fuser's, the
+    /// others on clones of its descriptor, as libfuse's `clone_fd`):
+    /// requests from several programs are started at once, and a random
+    /// reader's local read blocks only its own thread. 1 reads them one at
+    /// a time. Not used over the io_uring queues (a thread per CPU).
+    #[arg(long, value_name = "N", default_value_t = parcache_fuse::DEFAULT_READERS as u16,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    fuse_threads: u16,
 }
 
 /// What is at a mount point.
@@ -341,10 +348,12 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let name = std::fs::canonicalize(&a.mountpoint).unwrap_or_else(|_| a.mountpoint.clone());
     rt.block_on(fs.join_tier(name.display().to_string(), &a.peer_bind))
         .with_context(|| format!("--peer-bind {}", a.peer_bind))?;
-    let mut m = Mount::new(fs.clone(), rt.handle().clone()).with_fuse_uring(match (a.io_uring, a.no_io_uring) {
-        (true, _) => FuseQueues::On,
-        _ => FuseQueues::Off,
-    });
+    let mut m = Mount::new(fs.clone(), rt.handle().clone())
+        .with_fuse_uring(match (a.io_uring, a.no_io_uring) {
+            (true, _) => FuseQueues::On,
+            _ => FuseQueues::Off,
+        })
+        .with_fuse_readers(a.fuse_threads as usize);
     let farewell = m.farewell();
     if let Some(r) = &recorder {
         m = m.with_recorder(r.clone());

@@ -4476,6 +4476,118 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Voluntary context switches of each thread of process `pid` named
+/// `prefix…`: a reader of /dev/fuse sleeps once for each request it waits
+/// for.
+fn switches_of_threads(pid: u32, prefix: &str) -> Vec<u64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| {
+            let t = t.ok()?.path();
+            let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+            if !comm.starts_with(prefix) {
+                return None;
+            }
+            let status = std::fs::read_to_string(t.join("status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// A mount reads requests from /dev/fuse on `--fuse-threads` threads
+/// (fuser's and `fuse-reader-N` on clones of its descriptor, 4 in all by
+/// default), each answering the requests it read on its own descriptor:
+/// four programs at once creating, writing, renaming, listing, giving
+/// attributes to and removing files all see what they did, the other node
+/// sees it too, and the clones served requests. `--fuse-threads 1` reads
+/// on fuser's thread alone; 0 and 65 are refused, naming the option.
+#[test]
+fn a_mount_reads_its_requests_on_several_threads_each_answering_its_own() {
+    let (base, cluster) = up("fuse-readers", "2");
+    let d = cluster.0.to_str().unwrap();
+    for bad in ["0", "65", "many"] {
+        let at = base.join("never").to_str().unwrap().to_string();
+        let (ok, _, err) = parcache(&["mount", "--data", d, &at, "--fuse-threads", bad]);
+        assert!(!ok && err.contains("--fuse-threads"), "{bad}: {err}");
+    }
+    let a = Mounted::with_args(&cluster.0, base.join("a"), None, &["--fuse-threads", "6"]);
+    let b = Mounted::with_args(&cluster.0, base.join("b"), None, &["--fuse-threads", "1"]);
+    let c = Mounted::new(&cluster.0, base.join("c"));
+    // The clones start once `INIT` is answered, just after the mount
+    // shows in the mount table.
+    let readers = |m: &Mounted, want: usize| {
+        let t = Instant::now();
+        while threads_named(m.child.id(), "fuse-reader-") != want && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        threads_named(m.child.id(), "fuse-reader-")
+    };
+    assert_eq!(readers(&a, 5), 5, "--fuse-threads 6");
+    assert_eq!(readers(&c, 3), 3, "the default");
+    assert_eq!(readers(&b, 0), 0, "--fuse-threads 1");
+    let before: u64 = switches_of_threads(a.child.id(), "fuse-reader-").iter().sum();
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let dir = a.p(&format!("w{w}"));
+            std::thread::spawn(move || {
+                use std::os::unix::fs::FileExt;
+                std::fs::create_dir(&dir).unwrap();
+                for i in 0..40u32 {
+                    let f = dir.join(format!("f{i}"));
+                    let body: Vec<u8> = (0..3000 + i * 37).map(|k| (k * 7 + i + w) as u8).collect();
+                    std::fs::write(&f, &body).unwrap();
+                    let mut back = vec![0u8; body.len()];
+                    std::fs::File::open(&f).unwrap().read_exact_at(&mut back, 0).unwrap();
+                    assert_eq!(back, body, "{}", f.display());
+                    rustix::fs::setxattr(&f, "user.n", i.to_string().as_bytes(), rustix::fs::XattrFlags::empty())
+                        .unwrap();
+                    std::fs::rename(&f, dir.join(format!("g{i}"))).unwrap();
+                    if i % 2 == 1 {
+                        std::fs::remove_file(dir.join(format!("g{}", i - 1))).unwrap();
+                    }
+                }
+                let mut names: Vec<String> = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect();
+                names.sort();
+                let mut want: Vec<String> = (0..40).filter(|i| i % 2 == 1).map(|i| format!("g{i}")).collect();
+                want.sort();
+                assert_eq!(names, want, "worker {w}");
+                let mut v = [0u8; 8];
+                let n = rustix::fs::getxattr(dir.join("g39"), "user.n", &mut v[..]).unwrap();
+                assert_eq!(&v[..n], b"39");
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    for w in 0..4u32 {
+        for i in (1..40u32).step_by(2) {
+            let body: Vec<u8> = (0..3000 + i * 37).map(|k| (k * 7 + i + w) as u8).collect();
+            let p = format!("w{w}/g{i}");
+            assert_eq!(std::fs::read(b.p(&p)).unwrap(), body, "{p} on the other node");
+        }
+    }
+    let after = switches_of_threads(a.child.id(), "fuse-reader-");
+    let served = after.iter().sum::<u64>() - before;
+    assert!(
+        served >= 200 && after.iter().filter(|&&n| n > 10).count() >= 2,
+        "the clones slept {served} times in all ({after:?}) for about 1,500 requests"
+    );
+    a.unmount();
+    b.unmount();
+    c.unmount();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Where the kernel offers FUSE over io_uring (Linux 6.14+, root), a mount
 /// with `--io-uring` serves its requests over a queue per CPU (threads
 /// `fuse-queue-N`), and everything a program does there holds: pjdfstest

@@ -372,9 +372,10 @@ impl DataPath {
     }
 
     /// Tells when a thread may make a local read itself
-    /// ([`crate::local_part`]): a mount says, when no other request waits.
-    pub fn set_local_may_block(&self, f: MayBlock) {
-        self.local.set_may_block(f);
+    /// ([`crate::local_part`]), and how many may run at once: a mount
+    /// says, when no request waits that no other thread will take.
+    pub fn set_local_may_block(&self, f: MayBlock, at_once: usize) {
+        self.local.set_may_block(f, at_once);
     }
 
     /// Whether block `index` of `handle` (not in the node cache) may be

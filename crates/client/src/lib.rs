@@ -326,21 +326,22 @@ impl Fs {
         }
     }
 
+    /// Tells when a thread may make a local read (a block read from a
+    /// data server's part file on this machine, [`local_part`]) itself
+    /// rather than send the fetch to the data server: a mount says, when
+    /// another of its threads reading requests is free, or no request
+    /// waits. At most `at_once` local reads run at a time (a mount: its
+    /// reading threads). Once; unset, always, one at a time.
+    pub fn set_local_may_block(&self, f: MayBlock, at_once: usize) {
+        self.data.set_local_may_block(f, at_once);
+    }
+
     /// Lets the node's kernel keep files' attributes and names under leases
     /// (`parcache_core::consistency::leases`; a mount calls it once): from
     /// now on every request to the metadata server is made for this node,
     /// which answers its callbacks by calling `forget` with the file's
     /// handle, and calls `forget(None)` when the connection to the server
     /// is lost (a restarted server knows of no lease).
-    /// Tells when a thread may make a local read (a block read from a
-    /// data server's part file on this machine, [`local_part`]) itself
-    /// rather than on a thread of its own: a mount says, when no other
-    /// request waits for the thread that reads them. Once; unset, always
-    /// (when no other local read is in progress).
-    pub fn set_local_may_block(&self, f: MayBlock) {
-        self.data.set_local_may_block(f);
-    }
-
     pub fn lease_kernel_cache(&self, forget: KernelForget) {
         if self.kernel.set(forget.clone()).is_err() {
             return;

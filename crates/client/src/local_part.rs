@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::data::DataPath;
@@ -89,12 +89,14 @@ pub(crate) struct LocalParts {
     /// Data servers whose parts this node cannot read itself.
     elsewhere: Mutex<Vec<bool>>,
     grants: Mutex<Grants>,
-    /// A local read is in progress (at most one: see [`LocalParts::read`]).
-    reading: AtomicBool,
+    /// Local reads in progress (at most `at_once`: see [`LocalParts::read`]).
+    reading: AtomicUsize,
+    at_once: AtomicUsize,
     may_block: std::sync::OnceLock<MayBlock>,
-    /// The memory a read of a few pages lands in before it is copied out
-    /// (a direct read needs aligned memory; the program's may not be).
-    pages: Mutex<Block>,
+    /// The memory reads of a few pages land in before they are copied
+    /// out (a direct read needs aligned memory; the program's may not
+    /// be), kept for the next (one for each read that may run at once).
+    pages: Mutex<Vec<Block>>,
     /// Blocks read around the node cache ([`LocalParts::read_pages`]).
     around: Mutex<Around>,
     reads: AtomicU64,
@@ -195,9 +197,10 @@ impl LocalParts {
             },
             elsewhere: Mutex::new(vec![false; servers]),
             grants: Mutex::default(),
-            reading: AtomicBool::new(false),
+            reading: AtomicUsize::new(0),
+            at_once: AtomicUsize::new(1),
             may_block: std::sync::OnceLock::new(),
-            pages: Mutex::new(Block::new()),
+            pages: Mutex::default(),
             around: Mutex::default(),
             reads: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
@@ -212,11 +215,14 @@ impl LocalParts {
         self.enabled && !self.boot.is_empty() && !self.elsewhere.lock().get(server as usize).copied().unwrap_or(true)
     }
 
-    /// Tells when the thread asking for a local read may make it itself
-    /// (when no other is in progress). A mount says: when no other
-    /// request waits for its thread. Unset: always.
-    pub(crate) fn set_may_block(&self, f: MayBlock) {
-        let _ = self.may_block.set(f);
+    /// Tells when the thread asking for a local read may make it itself,
+    /// and how many may be in progress at once. A mount says: when another
+    /// of its threads reading requests is free or no request waits; as
+    /// many as it has such threads. Unset: always, one at a time.
+    pub(crate) fn set_may_block(&self, f: MayBlock, at_once: usize) {
+        if self.may_block.set(f).is_ok() {
+            self.at_once.store(at_once.max(1), Ordering::SeqCst);
+        }
     }
 
     pub(crate) fn stats(&self) -> LocalReadStats {
@@ -272,7 +278,8 @@ impl LocalParts {
     /// Reads `out.len()` bytes at `off` of the part of file `handle` on
     /// data server `server` from its file: only the pages they lie in,
     /// around the node cache, as [`LocalParts::read`] reads a block (on
-    /// this thread, one at a time, not while another request waits);
+    /// this thread, as many at once as may be, not while a request waits
+    /// that no other thread will take);
     /// `need` is where the part must reach at least, as there. Bytes past
     /// the file's end read as zeros. False (nothing written to `out`) if
     /// it may not; the read then goes the usual way. The block is noted
@@ -286,18 +293,18 @@ impl LocalParts {
         out: &mut [u8],
     ) -> bool {
         let (first, end) = page_span(off, out.len() as u64);
-        let buf = std::mem::take(&mut *self.pages.lock());
+        let buf = self.pages.lock().pop().unwrap_or_default();
         let buf = match self.read(data, (server, handle), first, end - first, need, buf).await {
             Ok((buf, n)) => {
                 copy_out(out, &buf[..n], (off - first) as usize);
                 self.short.fetch_add(1, Ordering::Relaxed);
                 self.noted_around(handle, index);
-                *self.pages.lock() = buf;
+                self.give_pages(buf);
                 return true;
             }
             Err(buf) => buf,
         };
-        *self.pages.lock() = buf;
+        self.give_pages(buf);
         false
     }
 
@@ -314,14 +321,14 @@ impl LocalParts {
     }
 
     /// Reads `len` bytes at `off` of the part of file `handle` on data
-    /// server `server` from its file, on this thread, if no other local
-    /// read is in progress and nothing else waits for the thread (a
-    /// mount's: no other request on /dev/fuse; [`LocalParts::set_may_block`]).
+    /// server `server` from its file, on this thread, if fewer local
+    /// reads than may run at once are in progress and nothing else waits
+    /// for the thread (a mount's: another of its threads reading /dev/fuse
+    /// is free, or no request waits; [`LocalParts::set_may_block`]).
     /// Otherwise the fetch goes to the data server, whose read is as
-    /// quick then and takes no thread here: several random readers at
-    /// once read as they did before local reads (a blocking thread per
-    /// read made them slower, and added up to eight threads to a
-    /// mount). Reads from the file into `buf` (stale bytes), if this node may;
+    /// quick then and takes no thread here (a blocking thread per read
+    /// made several random readers slower, and added up to eight threads
+    /// to a mount). Reads from the file into `buf` (stale bytes), if this node may;
     /// gives `buf` back if not, or if the file is shorter than `need`
     /// (the data server then says why).
     pub(crate) async fn read(
@@ -336,9 +343,9 @@ impl LocalParts {
         if !off.is_multiple_of(ALIGN) || !len.is_multiple_of(ALIGN) || len == 0 {
             return Err(buf);
         }
-        // Only one at a time, and in a mount only while no other request
-        // waits: otherwise the data server's read is as quick, and takes
-        // no thread here. Asked first, so such a fetch costs no
+        // Only so many at once, and in a mount only while no request
+        // waits that no other thread takes: otherwise the data server's
+        // read is as quick, and takes no thread here. Asked first, so such a fetch costs no
         // `LocalPart` request either.
         if !self.may_read_here() {
             return Err(buf);
@@ -350,16 +357,17 @@ impl LocalParts {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(buf);
         }
+        let at_once = self.at_once.load(Ordering::SeqCst);
         if !self.may_read_here()
             || self
                 .reading
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < at_once).then_some(n + 1))
                 .is_err()
         {
             return Err(buf);
         }
         let r = read_block(&part.file, off, len, buf);
-        self.reading.store(false, Ordering::SeqCst);
+        self.reading.fetch_sub(1, Ordering::SeqCst);
         match r {
             Ok((buf, n)) if n as u64 == len || off + n as u64 >= need => {
                 self.reads.fetch_add(1, Ordering::Relaxed);
@@ -377,10 +385,20 @@ impl LocalParts {
         }
     }
 
-    /// Whether a local read may be made on this thread now: none is in
-    /// progress, and nothing else waits for the thread.
+    /// Whether a local read may be made on this thread now: fewer than
+    /// may run at once are in progress, and nothing else waits for the
+    /// thread.
     fn may_read_here(&self) -> bool {
-        !self.reading.load(Ordering::SeqCst) && self.may_block.get().is_none_or(|f| f())
+        self.reading.load(Ordering::SeqCst) < self.at_once.load(Ordering::SeqCst)
+            && self.may_block.get().is_none_or(|f| f())
+    }
+
+    /// Keeps a scratch block of [`LocalParts::read_pages`] for the next.
+    fn give_pages(&self, buf: Block) {
+        let mut kept = self.pages.lock();
+        if kept.len() < self.at_once.load(Ordering::Relaxed) {
+            kept.push(buf);
+        }
     }
 
     /// The open part file of `handle` on `server`, asking the server for
@@ -613,10 +631,11 @@ mod tests {
     }
 
     /// A part's file that is lent is read, into the block's buffer; while
-    /// another local read is in progress, or the thread may not block,
+    /// as many local reads as may run at once are in progress, or the
+    /// thread may not block,
     /// the fetch goes to its data server instead.
     #[tokio::test]
-    async fn reads_come_from_the_file_one_at_a_time() {
+    async fn reads_come_from_the_file_as_many_at_once_as_allowed() {
         let bytes: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 253) as u8).collect();
         let (d, data, l) = lent("busy", &bytes, vec![2]);
         let (b, n) = l.read(&data, (0, 7), 65536, 65536, 0, Block::new()).await.unwrap();
@@ -625,26 +644,35 @@ mod tests {
             l.read(&data, (0, 7), 2 * 65536, 65536, 0, Block::new()).await.is_err(),
             "a logged block"
         );
-        l.reading.store(true, Ordering::SeqCst);
+        l.reading.store(1, Ordering::SeqCst);
         assert!(
             l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
             "another in progress"
         );
-        assert!(l.reading.load(Ordering::SeqCst));
-        l.reading.store(false, Ordering::SeqCst);
+        assert_eq!(l.reading.load(Ordering::SeqCst), 1);
+        l.reading.store(0, Ordering::SeqCst);
         assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
         let wait = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let w = wait.clone();
-        l.set_may_block(Box::new(move || !w.load(Ordering::SeqCst)));
+        l.set_may_block(Box::new(move || !w.load(Ordering::SeqCst)), 2);
         assert!(
             l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
             "a request waits"
         );
         wait.store(false, Ordering::SeqCst);
         assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
-        assert!(!l.reading.load(Ordering::SeqCst));
+        assert_eq!(l.reading.load(Ordering::SeqCst), 0);
+        // Two may run at once now: one in progress leaves room for one.
+        l.reading.store(1, Ordering::SeqCst);
+        assert!(l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_ok());
+        l.reading.store(2, Ordering::SeqCst);
+        assert!(
+            l.read(&data, (0, 7), 0, 65536, 0, Block::new()).await.is_err(),
+            "two in progress"
+        );
+        l.reading.store(0, Ordering::SeqCst);
         let st = l.stats();
-        assert_eq!((st.reads, st.bytes, st.refused), (3, 3 * 65536, 1));
+        assert_eq!((st.reads, st.bytes, st.refused), (4, 4 * 65536, 1));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -678,7 +706,7 @@ mod tests {
         assert!(l.read_pages(&data, (0, 7), (at + 150, 0), 2, &mut out).await);
         assert!(out.iter().all(|&b| b == 0), "zeros past the end");
         // Not while another local read is in progress: nothing written.
-        l.reading.store(true, Ordering::SeqCst);
+        l.reading.store(1, Ordering::SeqCst);
         let mut out = vec![1u8; 10];
         assert!(!l.read_pages(&data, (0, 7), (0, 0), 0, &mut out).await);
         assert_eq!(out, vec![1u8; 10]);

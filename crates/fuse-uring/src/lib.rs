@@ -9,15 +9,18 @@
 //! kernel, the requests they receive and the replies they send.
 //! [`wire`] is the part of FUSE's wire format the entries carry. [`probe`]
 //! is a file system of one file served over either transport, which
-//! measures them and tests the queues against the kernel. The mount
-//! (`parcache-fuse`, on fuser) does not use the queues yet: fuser reads
-//! /dev/fuse only and keeps its request parsing private.
+//! measures them and tests the queues against the kernel. [`device`]
+//! opens more descriptors of a connection fuser opened: a duplicate to
+//! register the queues on, clones for more threads reading /dev/fuse.
+//! The mount (`parcache-fuse`) serves requests from all three.
 
+pub mod device;
 pub mod probe;
 pub mod queue;
 pub mod wire;
 
-pub use queue::{dup_fd, Answer, Next, Queue, Replier, Request};
+pub use device::{clone_device, dup_fd};
+pub use queue::{Answer, Next, Queue, Replier, Request};
 
 use std::io;
 

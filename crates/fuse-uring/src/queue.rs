@@ -440,13 +440,3 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
     // SAFETY: as above.
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
 }
-
-/// A duplicate of this process's descriptor `fd` (the mount's /dev/fuse
-/// connection, which fuser keeps to itself): the queues are registered on
-/// it.
-pub fn dup_fd(fd: std::os::fd::RawFd) -> io::Result<File> {
-    // SAFETY: `fd` is only borrowed for the `dup`; if it was closed since
-    // it was found, dup fails with EBADF.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    Ok(File::from(rustix::io::fcntl_dupfd_cloexec(fd, 0)?))
-}

@@ -86,6 +86,73 @@ impl Header {
     }
 }
 
+/// Bytes of opcode `opcode`'s own header (`in_args[0]`, `fuse_*_in`), as
+/// /dev/fuse lays it out between the FUSE header and the payload (a queue
+/// entry keeps it apart, in `op_in`), at protocol 7.36 as fuser
+/// negotiates it; None for an opcode this table does not know (the mount
+/// serves none of those).
+pub fn device_op_len(opcode: u32) -> Option<usize> {
+    Some(match opcode {
+        // LOOKUP, READLINK, SYMLINK, UNLINK, RMDIR, STATFS, REMOVEXATTR:
+        // names or nothing.
+        1 | 5 | 6 | 10 | 11 | 17 | 24 => 0,
+        // FORGET (nlookup), RENAME (newdir), LINK (oldnodeid), OPEN and
+        // OPENDIR (flags, open_flags), MKDIR (mode, umask), SETXATTR
+        // (size, flags), GETXATTR and LISTXATTR (size, padding),
+        // BATCH_FORGET (count, dummy), INTERRUPT (unique).
+        2 | 12 | 13 | 14 | 27 | 9 | 21 | 22 | 23 | 42 | 36 => 8,
+        // GETATTR (flags, dummy, fh), MKNOD (mode, rdev, umask, padding),
+        // FSYNC and FSYNCDIR (fh, flags, padding), CREATE (flags, mode,
+        // umask, open_flags), RENAME2 (newdir, flags, padding).
+        3 | 8 | 20 | 30 | 35 | 45 => 16,
+        // RELEASE, RELEASEDIR, FLUSH (fh, two u32, lock_owner), LSEEK.
+        18 | 29 | 25 | 46 => 24,
+        // IOCTL, FALLOCATE.
+        39 | 43 => 32,
+        // READ, WRITE, READDIR (fh, offset, size, flags, lock_owner,
+        // flags, padding).
+        15 | 16 | 28 => 40,
+        // COPY_FILE_RANGE.
+        47 => 56,
+        // SETATTR.
+        4 => 88,
+        // DESTROY.
+        38 => 0,
+        _ => return None,
+    })
+}
+
+impl Header {
+    /// Reads a request as /dev/fuse gives it (`b` all of it): the FUSE
+    /// header at its front, then the opcode's header
+    /// ([`device_op_len`]), then the payload. None if `b` is shorter than
+    /// the FUSE header, than the length it states, or than the opcode's
+    /// header.
+    pub fn read_device(b: &[u8]) -> Option<Header> {
+        if b.len() < IN_HEADER {
+            return None;
+        }
+        let len = u32_at(b, 0);
+        let opcode = u32_at(b, 4);
+        let op = device_op_len(opcode).unwrap_or(0);
+        let payload = (len as usize).checked_sub(IN_HEADER + op)?;
+        if (len as usize) > b.len() {
+            return None;
+        }
+        Some(Header {
+            len,
+            opcode,
+            unique: u64_at(b, 8),
+            node: u64_at(b, 16),
+            uid: u32_at(b, 24),
+            gid: u32_at(b, 28),
+            pid: u32_at(b, 32),
+            commit: 0,
+            payload: payload as u32,
+        })
+    }
+}
+
 /// Writes a reply into an entry's header buffer: the FUSE reply header
 /// (`error` a negative errno or 0) and the payload's length, `body` bytes
 /// already in the payload buffer.
@@ -140,6 +207,35 @@ mod tests {
         // A length shorter than its parts is refused, not wrapped.
         h[0..4].copy_from_slice(&10u32.to_le_bytes());
         assert_eq!(Header::read(&h).op_len(), None);
+    }
+
+    /// A `WRITE` as /dev/fuse gives it: header, `fuse_write_in`, bytes.
+    #[test]
+    fn a_request_from_the_device_is_split_by_its_opcode() {
+        let whole = (IN_HEADER + 40 + 5) as u32;
+        let mut b = vec![0u8; whole as usize];
+        b[0..4].copy_from_slice(&whole.to_le_bytes());
+        b[4..8].copy_from_slice(&16u32.to_le_bytes());
+        b[8..16].copy_from_slice(&77u64.to_le_bytes());
+        b[16..24].copy_from_slice(&9u64.to_le_bytes());
+        b[24..28].copy_from_slice(&1000u32.to_le_bytes());
+        let h = Header::read_device(&b).expect("a whole request");
+        assert_eq!((h.opcode, h.unique, h.node, h.uid, h.payload), (16, 77, 9, 1000, 5));
+        assert_eq!(h.len as usize - IN_HEADER - h.payload as usize, 40);
+        // Shorter than its opcode's header, or than its stated length, or
+        // than a FUSE header: refused, not wrapped.
+        b[0..4].copy_from_slice(&(IN_HEADER as u32 + 8).to_le_bytes());
+        assert_eq!(Header::read_device(&b), None);
+        b[0..4].copy_from_slice(&(whole + 1).to_le_bytes());
+        assert_eq!(Header::read_device(&b), None);
+        assert_eq!(Header::read_device(&b[..20]), None);
+        // A lookup is all payload; an opcode the table does not know is
+        // read (to be answered ENOSYS) with all of it as payload.
+        b[0..4].copy_from_slice(&(IN_HEADER as u32 + 3).to_le_bytes());
+        b[4..8].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(Header::read_device(&b).map(|h| h.payload), Some(3));
+        b[4..8].copy_from_slice(&4000u32.to_le_bytes());
+        assert_eq!(Header::read_device(&b).map(|h| h.payload), Some(3));
     }
 
     #[test]

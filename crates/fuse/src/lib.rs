@@ -29,8 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod dispatch;
 mod farewell;
 mod leases;
+mod readers;
 mod recorder;
 mod reply;
 mod ring;
@@ -63,6 +65,11 @@ const MAX_IO: u32 = 1 << 20;
 /// together.
 const READ_AHEAD_KIB: u32 = MAX_IO >> 10;
 
+/// Threads reading /dev/fuse by default, fuser's and three on clones of
+/// its descriptor: as many random readers' local reads at once as the
+/// mount benchmark's four jobs make, two threads a CPU here.
+pub const DEFAULT_READERS: usize = 4;
+
 /// Sets the read-ahead of the FUSE mount at `mountpoint`
 /// (`/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`, the device found in
 /// `/proc/self/mountinfo`); call it once the kernel's `INIT` is answered.
@@ -87,24 +94,72 @@ fn fuse_devices() -> Vec<i32> {
     .collect()
 }
 
-/// Lets a local read (`parcache_client::local_part`) block the thread
-/// that reads /dev/fuse only while no other request waits there: random
-/// readers in several processes then have their reads made at once, each
-/// on a thread of its own, and a lone reader's on the thread that took
-/// its request, with no hand-over.
-fn local_reads_wait_for_no_request(fs: &Fs, before: &[i32]) {
+/// Lets a local read (`parcache_client::local_part`) block a thread that
+/// reads /dev/fuse only while another of the `readers` is free to take
+/// the next request, or none waits there: random readers in several
+/// processes then have their reads made at once, each on a reading thread
+/// of its own, and a lone reader's on the thread that took its request,
+/// with no hand-over.
+fn local_reads_wait_for_no_request(fs: &Fs, before: &[i32], idle: Arc<readers::Idle>, readers: usize) {
     let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
-    let [fd] = new[..] else {
+    let Some(&fd) = new.first() else {
         return;
     };
     let Ok(dev) = parcache_fuse_uring::dup_fd(fd) else {
         return;
     };
-    fs.set_local_may_block(Box::new(move || {
-        let mut p = [rustix::event::PollFd::new(&dev, rustix::event::PollFlags::IN)];
-        let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
-        matches!(rustix::event::poll(&mut p, Some(&zero)), Ok(0))
-    }));
+    fs.set_local_may_block(
+        Box::new(move || {
+            if idle.any() {
+                return true;
+            }
+            let mut p = [rustix::event::PollFd::new(&dev, rustix::event::PollFlags::IN)];
+            let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+            matches!(rustix::event::poll(&mut p, Some(&zero)), Ok(0))
+        }),
+        readers,
+    );
+}
+
+/// Starts the mount's readers of /dev/fuse beside fuser's thread
+/// (`mount.readers` in all), each on a clone of the connection fuser
+/// opened (the one /dev/fuse descriptor not in `before`), once `INIT` is
+/// answered; returns how many read now, fuser's included. One that cannot
+/// start is logged and left out: fuser's thread serves on.
+fn start_readers(mount: Mount, before: &[i32], at: &Path) -> usize {
+    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
+    let session = match new[..] {
+        [fd] => parcache_fuse_uring::dup_fd(fd),
+        _ => Err(std::io::Error::other(format!(
+            "{} new /dev/fuse descriptors in this process, not one",
+            new.len()
+        ))),
+    };
+    let mut n = 1;
+    for i in 1..mount.readers {
+        let started = session
+            .as_ref()
+            .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+            .and_then(parcache_fuse_uring::clone_device)
+            .and_then(|dev| {
+                let (m, idle) = (mount.clone(), mount.idle.clone());
+                std::thread::Builder::new()
+                    .name(format!("fuse-reader-{i}"))
+                    .spawn(move || readers::serve(m, dev, idle))
+            });
+        match started {
+            Ok(_) => n += 1,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: {n} thread(s) read /dev/fuse, not {}: {e}",
+                    at.display(),
+                    mount.readers
+                );
+                break;
+            }
+        }
+    }
+    n
 }
 
 /// Starts a thread per CPU serving the mount's requests over FUSE's
@@ -279,6 +334,10 @@ pub struct Mount {
     uring: Arc<AtomicBool>,
     /// `INIT` was answered (the queues may be registered).
     initialized: Arc<AtomicBool>,
+    /// Threads reading /dev/fuse, fuser's included ([`readers`]).
+    readers: usize,
+    /// The other readers waiting for a request now.
+    idle: Arc<readers::Idle>,
     /// The last work at the session's end, shared with the process's stop.
     farewell: Arc<Farewell>,
 }
@@ -412,6 +471,8 @@ impl Mount {
             want_uring: FuseQueues::Off,
             uring: Arc::default(),
             initialized: Arc::default(),
+            readers: DEFAULT_READERS,
+            idle: Arc::default(),
         }
     }
 
@@ -428,6 +489,15 @@ impl Mount {
     /// ([`FuseQueues::Off`]) every request comes over /dev/fuse.
     pub fn with_fuse_uring(mut self, queues: FuseQueues) -> Self {
         self.want_uring = queues;
+        self
+    }
+
+    /// How many threads read requests from /dev/fuse (at least 1, fuser's;
+    /// [`DEFAULT_READERS`] unless set): the others read clones of its
+    /// descriptor ([`readers`]). Not over the io_uring queues, whose
+    /// threads are one per CPU.
+    pub fn with_fuse_readers(mut self, n: usize) -> Self {
+        self.readers = n.max(1);
         self
     }
 
@@ -467,6 +537,7 @@ impl Mount {
         }
         let (fs, leases, rt) = (this.fs.clone(), this.leases.clone(), this.rt.clone());
         let (queues, agreed, initialized) = (this.clone(), this.uring.clone(), this.initialized.clone());
+        let idle = this.idle.clone();
         let before = fuse_devices();
         let session = fuser::spawn_mount2(this, mountpoint, &opts)?;
         // From here on the kernel keeps files' attributes and names under
@@ -478,25 +549,26 @@ impl Mount {
         // `INIT` (a value written before is lost), and holds every request
         // until then: a `statfs`, which always reaches the mount, returns
         // after it.
-        if !queues.want_uring.asked() {
-            local_reads_wait_for_no_request(&fs, &before);
+        // With the queues agreed, the kernel holds every request until
+        // each CPU's queue is registered: start them before any. Either
+        // way nothing but fuser's thread may read /dev/fuse before `INIT`
+        // is answered.
+        let t = Instant::now();
+        while !initialized.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
         }
-        if queues.want_uring.asked() {
-            // With the queues agreed, the kernel holds every request until
-            // each CPU's queue is registered: start them before any.
-            let t = Instant::now();
-            while !initialized.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(30) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if agreed.load(Ordering::Relaxed) {
-                start_queues(queues, &before, mountpoint)?;
-            } else {
+        if queues.want_uring.asked() && agreed.load(Ordering::Relaxed) {
+            start_queues(queues, &before, mountpoint)?;
+        } else {
+            if queues.want_uring.asked() {
                 tracing::warn!(
                     "{}: the kernel does not offer FUSE over io_uring (Linux 6.14+, with {} set to Y by root): requests come over /dev/fuse",
                     mountpoint.display(),
                     "/sys/module/fuse/parameters/enable_uring"
                 );
             }
+            let n = start_readers(queues, &before, mountpoint);
+            local_reads_wait_for_no_request(&fs, &before, idle, n);
         }
         let _ = rustix::fs::statvfs(mountpoint);
         match raise_read_ahead(mountpoint, READ_AHEAD_KIB) {
@@ -841,6 +913,12 @@ impl Mount {
 /// CPU over io_uring ([`ring`]). Their arguments are fuser's.
 #[allow(clippy::too_many_arguments)]
 impl Mount {
+    /// The kernel dropped the inode (`FORGET`): its names need no callback
+    /// any more.
+    pub(crate) fn forgotten(&self, ino: u64) {
+        self.leases.dropped(ino);
+    }
+
     pub(crate) fn lookup(&mut self, _req: &Caller, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let fs = self.fs.clone();
         let name = match name_of(name) {
@@ -1227,8 +1305,7 @@ impl Mount {
             // Over a queue: the bytes are read straight into the request's
             // entry, where the kernel takes them from, on the queue's
             // thread (the program's CPU) unless the read has to wait.
-            reply::Out::Ring(r) => {
-                let mut answer = r.into_answer();
+            reply::Out::Raw(reply::RawReply::Ring(mut answer)) => {
                 return self.run(async move {
                     let size = (size as usize).min(answer.buf().len());
                     let r = async {
@@ -1844,7 +1921,7 @@ impl Filesystem for Mount {
 
     /// The kernel dropped the inode: its names need no callback any more.
     fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
-        self.leases.dropped(ino);
+        self.forgotten(ino);
     }
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: fuser::ReplyEntry) {

@@ -10,10 +10,11 @@ use fuser::{FileAttr, FileType};
 use parcache_fuse_uring::Answer;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The answer to one request.
+/// The answer to one request: fuser's reply (to a request fuser read), or
+/// one laid out here ([`RawReply`]).
 pub(crate) enum Out<R> {
     Dev(R),
-    Ring(RingReply),
+    Raw(RawReply),
 }
 
 impl<R> From<R> for Out<R> {
@@ -22,39 +23,109 @@ impl<R> From<R> for Out<R> {
     }
 }
 
-/// A request's entry in an io_uring queue; answered `EIO` if dropped
-/// unanswered (as fuser does).
-pub(crate) struct RingReply(Answer);
+/// An answer whose bytes are laid out here: into a request's entry in an
+/// io_uring queue, or written to the cloned /dev/fuse descriptor the
+/// request was read from ([`crate::readers`]), by its id. Answered `EIO`
+/// if dropped unanswered (as fuser does).
+pub(crate) enum RawReply {
+    Ring(Answer),
+    Device(DeviceAnswer),
+}
 
-impl RingReply {
-    pub(crate) fn new(answer: Answer) -> RingReply {
-        RingReply(answer)
-    }
+/// A /dev/fuse descriptor answers are written to, each with one `writev`
+/// (the kernel takes an answer whole).
+#[derive(Clone)]
+pub(crate) struct Device(pub(crate) std::sync::Arc<std::fs::File>);
 
-    /// The entry itself, for an answer written in place.
-    pub(crate) fn into_answer(self) -> Answer {
-        self.0
-    }
+/// `struct fuse_out_header`: len, error, unique.
+const OUT_HEADER: usize = parcache_fuse_uring::wire::OUT_HEADER;
 
-    fn error(self, errno: i32) {
-        if let Err(e) = self.0.send(-errno, 0) {
-            tracing::warn!("a FUSE answer over io_uring was lost: {e}");
+/// The answer to request `unique`, read from `device`.
+pub(crate) struct DeviceAnswer {
+    device: Device,
+    unique: u64,
+    sent: bool,
+}
+
+impl DeviceAnswer {
+    pub(crate) fn new(device: Device, unique: u64) -> DeviceAnswer {
+        DeviceAnswer {
+            device,
+            unique,
+            sent: false,
         }
     }
 
-    fn ok(mut self, body: &[&[u8]]) {
-        let buf = self.0.buf();
-        let len: usize = body.iter().map(|b| b.len()).sum();
-        if len > buf.len() {
-            return self.error(5);
+    /// Sends `error` (a negative errno or 0), then `body`.
+    fn send(mut self, error: i32, body: &[&[u8]]) -> std::io::Result<()> {
+        self.sent = true;
+        self.write(error, body)
+    }
+
+    fn write(&self, error: i32, body: &[&[u8]]) -> std::io::Result<()> {
+        let len = OUT_HEADER + body.iter().map(|b| b.len()).sum::<usize>();
+        let mut h = [0u8; OUT_HEADER];
+        h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&error.to_le_bytes());
+        h[8..16].copy_from_slice(&self.unique.to_le_bytes());
+        let mut iov = Vec::with_capacity(body.len() + 1);
+        iov.push(std::io::IoSlice::new(&h));
+        iov.extend(body.iter().filter(|b| !b.is_empty()).map(|b| std::io::IoSlice::new(b)));
+        rustix::io::writev(&*self.device.0, &iov)?;
+        Ok(())
+    }
+}
+
+impl Drop for DeviceAnswer {
+    fn drop(&mut self) {
+        if !self.sent {
+            tracing::warn!("FUSE request {} was not answered; answered EIO", self.unique);
+            if let Err(e) = self.write(-5, &[]) {
+                RawReply::lost(e);
+            }
         }
-        let mut at = 0;
-        for b in body {
-            buf[at..at + b.len()].copy_from_slice(b);
-            at += b.len();
+    }
+}
+
+impl RawReply {
+    /// An answer into a queue's entry.
+    pub(crate) fn ring(answer: Answer) -> RawReply {
+        RawReply::Ring(answer)
+    }
+
+    fn lost(e: std::io::Error) {
+        tracing::warn!("a FUSE answer was lost: {e}");
+    }
+
+    pub(crate) fn error(self, errno: i32) {
+        let r = match self {
+            RawReply::Ring(a) => a.send(-errno, 0),
+            RawReply::Device(d) => d.send(-errno, &[]),
+        };
+        if let Err(e) = r {
+            Self::lost(e);
         }
-        if let Err(e) = self.0.send(0, len) {
-            tracing::warn!("a FUSE answer over io_uring was lost: {e}");
+    }
+
+    pub(crate) fn ok(self, body: &[&[u8]]) {
+        let r = match self {
+            RawReply::Ring(mut a) => {
+                let buf = a.buf();
+                let len: usize = body.iter().map(|b| b.len()).sum();
+                if len > buf.len() {
+                    return RawReply::Ring(a).error(5);
+                }
+                let mut at = 0;
+                for b in body {
+                    buf[at..at + b.len()].copy_from_slice(b);
+                    at += b.len();
+                }
+                a.send(0, len)
+            }
+            RawReply::Device(d) => d.send(0, body),
+        };
+        if let Err(e) = r {
+            Self::lost(e);
         }
     }
 }
@@ -71,11 +142,11 @@ pub(crate) type ReplyXattr = Out<fuser::ReplyXattr>;
 pub(crate) type ReplyLseek = Out<fuser::ReplyLseek>;
 pub(crate) type ReplyIoctl = Out<fuser::ReplyIoctl>;
 
-/// `ReplyDirectory`: fuser's, or the listing built here for a queue's
-/// entry (`size` bytes at most).
+/// `ReplyDirectory`: fuser's, or the listing built here (`size` bytes at
+/// most).
 pub(crate) enum ReplyDirectory {
     Dev(fuser::ReplyDirectory),
-    Ring(RingReply, Vec<u8>, usize),
+    Raw(RawReply, Vec<u8>, usize),
 }
 
 impl From<fuser::ReplyDirectory> for ReplyDirectory {
@@ -90,7 +161,7 @@ macro_rules! error {
             pub(crate) fn error(self, errno: i32) {
                 match self {
                     Out::Dev(r) => r.error(errno),
-                    Out::Ring(r) => r.error(errno),
+                    Out::Raw(r) => r.error(errno),
                 }
             }
         }
@@ -195,7 +266,7 @@ impl Out<fuser::ReplyEntry> {
     pub(crate) fn entry(self, ttl: &Duration, a: &FileAttr, generation: u64) {
         match self {
             Out::Dev(r) => r.entry(ttl, a, generation),
-            Out::Ring(r) => r.ok(&[&entry_out(ttl, a, generation).0]),
+            Out::Raw(r) => r.ok(&[&entry_out(ttl, a, generation).0]),
         }
     }
 }
@@ -204,7 +275,7 @@ impl Out<fuser::ReplyAttr> {
     pub(crate) fn attr(self, ttl: &Duration, a: &FileAttr) {
         match self {
             Out::Dev(r) => r.attr(ttl, a),
-            Out::Ring(r) => {
+            Out::Raw(r) => {
                 let (s, n) = Bytes::default().ttl(ttl);
                 r.ok(&[&attr(Bytes::default().u64(s).u32(n).u32(0), a).0])
             }
@@ -216,7 +287,7 @@ impl Out<fuser::ReplyEmpty> {
     pub(crate) fn ok(self) {
         match self {
             Out::Dev(r) => r.ok(),
-            Out::Ring(r) => r.ok(&[]),
+            Out::Raw(r) => r.ok(&[]),
         }
     }
 }
@@ -225,7 +296,7 @@ impl Out<fuser::ReplyOpen> {
     pub(crate) fn opened(self, fh: u64, flags: u32) {
         match self {
             Out::Dev(r) => r.opened(fh, flags),
-            Out::Ring(r) => r.ok(&[&Bytes::default().u64(fh).u32(flags).u32(0).0]),
+            Out::Raw(r) => r.ok(&[&Bytes::default().u64(fh).u32(flags).u32(0).0]),
         }
     }
 }
@@ -234,7 +305,7 @@ impl Out<fuser::ReplyCreate> {
     pub(crate) fn created(self, ttl: &Duration, a: &FileAttr, generation: u64, fh: u64, flags: u32) {
         match self {
             Out::Dev(r) => r.created(ttl, a, generation, fh, flags),
-            Out::Ring(r) => {
+            Out::Raw(r) => {
                 let open = Bytes::default().u64(fh).u32(flags).u32(0);
                 r.ok(&[&entry_out(ttl, a, generation).0, &open.0])
             }
@@ -246,7 +317,7 @@ impl Out<fuser::ReplyData> {
     pub(crate) fn data(self, data: &[u8]) {
         match self {
             Out::Dev(r) => r.data(data),
-            Out::Ring(r) => r.ok(&[data]),
+            Out::Raw(r) => r.ok(&[data]),
         }
     }
 }
@@ -255,7 +326,7 @@ impl Out<fuser::ReplyWrite> {
     pub(crate) fn written(self, size: u32) {
         match self {
             Out::Dev(r) => r.written(size),
-            Out::Ring(r) => r.ok(&[&Bytes::default().u32(size).u32(0).0]),
+            Out::Raw(r) => r.ok(&[&Bytes::default().u32(size).u32(0).0]),
         }
     }
 }
@@ -275,7 +346,7 @@ impl Out<fuser::ReplyStatfs> {
     ) {
         match self {
             Out::Dev(r) => r.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize),
-            Out::Ring(r) => {
+            Out::Raw(r) => {
                 let mut b = Bytes::default()
                     .u64(blocks)
                     .u64(bfree)
@@ -295,14 +366,14 @@ impl Out<fuser::ReplyXattr> {
     pub(crate) fn size(self, size: u32) {
         match self {
             Out::Dev(r) => r.size(size),
-            Out::Ring(r) => r.ok(&[&Bytes::default().u32(size).u32(0).0]),
+            Out::Raw(r) => r.ok(&[&Bytes::default().u32(size).u32(0).0]),
         }
     }
 
     pub(crate) fn data(self, data: &[u8]) {
         match self {
             Out::Dev(r) => r.data(data),
-            Out::Ring(r) => r.ok(&[data]),
+            Out::Raw(r) => r.ok(&[data]),
         }
     }
 }
@@ -311,7 +382,7 @@ impl Out<fuser::ReplyLseek> {
     pub(crate) fn offset(self, offset: i64) {
         match self {
             Out::Dev(r) => r.offset(offset),
-            Out::Ring(r) => r.ok(&[&Bytes::default().u64(offset as u64).0]),
+            Out::Raw(r) => r.ok(&[&Bytes::default().u64(offset as u64).0]),
         }
     }
 }
@@ -338,7 +409,7 @@ impl ReplyDirectory {
     pub(crate) fn add<T: AsRef<std::ffi::OsStr>>(&mut self, ino: u64, offset: i64, kind: FileType, name: T) -> bool {
         match self {
             ReplyDirectory::Dev(r) => r.add(ino, offset, kind, name),
-            ReplyDirectory::Ring(_, buf, max) => {
+            ReplyDirectory::Raw(_, buf, max) => {
                 use std::os::unix::ffi::OsStrExt;
                 dirent(buf, *max, ino, offset, kind, name.as_ref().as_bytes())
             }
@@ -348,14 +419,14 @@ impl ReplyDirectory {
     pub(crate) fn ok(self) {
         match self {
             ReplyDirectory::Dev(r) => r.ok(),
-            ReplyDirectory::Ring(r, buf, _) => r.ok(&[&buf]),
+            ReplyDirectory::Raw(r, buf, _) => r.ok(&[&buf]),
         }
     }
 
     pub(crate) fn error(self, errno: i32) {
         match self {
             ReplyDirectory::Dev(r) => r.error(errno),
-            ReplyDirectory::Ring(r, _, _) => r.error(errno),
+            ReplyDirectory::Raw(r, _, _) => r.error(errno),
         }
     }
 }
@@ -394,6 +465,44 @@ mod tests {
 
     /// `fuse_entry_out` is 128 bytes: node, generation, the two validities
     /// (seconds, then nanoseconds), then `fuse_attr` with its times and mode.
+    /// The two ends of a socket pair: the first stands for a /dev/fuse
+    /// descriptor answers are written to, the second reads what it got.
+    fn device() -> (Device, std::os::unix::net::UnixStream) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (
+            Device(std::sync::Arc::new(std::fs::File::from(std::os::fd::OwnedFd::from(a)))),
+            b,
+        )
+    }
+
+    fn received(b: &mut std::os::unix::net::UnixStream, len: usize) -> Vec<u8> {
+        use std::io::Read;
+        let mut v = vec![0u8; len];
+        b.read_exact(&mut v).unwrap();
+        v
+    }
+
+    /// An answer on a cloned descriptor is one write: the reply header
+    /// (length, error, the request's id), then the body; one dropped
+    /// unanswered says EIO, as fuser's do, so the program does not wait
+    /// for ever.
+    #[test]
+    fn an_answer_on_a_device_names_its_request_and_says_eio_if_dropped() {
+        let (d, mut b) = device();
+        let data: Out<fuser::ReplyData> = Out::Raw(RawReply::Device(DeviceAnswer::new(d.clone(), 42)));
+        data.data(b"hello");
+        let got = received(&mut b, 21);
+        assert_eq!((u32_at(&got, 0), u32_at(&got, 4), u64_at(&got, 8)), (21, 0, 42));
+        assert_eq!(&got[16..], b"hello");
+        let empty: Out<fuser::ReplyEmpty> = Out::Raw(RawReply::Device(DeviceAnswer::new(d.clone(), 43)));
+        empty.error(2);
+        let got = received(&mut b, 16);
+        assert_eq!((u32_at(&got, 0), u32_at(&got, 4) as i32, u64_at(&got, 8)), (16, -2, 43));
+        drop(DeviceAnswer::new(d, 44));
+        let got = received(&mut b, 16);
+        assert_eq!((u32_at(&got, 0), u32_at(&got, 4) as i32, u64_at(&got, 8)), (16, -5, 44));
+    }
+
     #[test]
     fn an_entry_is_laid_out_as_the_kernel_reads_it() {
         let b = entry_out(&Duration::new(3, 500), &file(), 9).0;
