@@ -78,11 +78,8 @@ fn serve_one(mount: &mut Mount, device: &Device, b: &[u8]) {
     match h.opcode {
         FORGET => mount.forgotten(h.node),
         BATCH_FORGET => {
-            // fuse_batch_forget_in (count, dummy), then count
-            // fuse_forget_one (nodeid, nlookup).
-            let count = u32::from_le_bytes(op[..4].try_into().expect("the table's 8 bytes")) as usize;
-            for one in payload.chunks_exact(16).take(count) {
-                mount.forgotten(u64::from_le_bytes(one[..8].try_into().expect("16 bytes")));
+            for node in batch_forgotten(op, payload) {
+                mount.forgotten(node);
             }
         }
         WRITE => {
@@ -90,5 +87,34 @@ fn serve_one(mount: &mut Mount, device: &Device, b: &[u8]) {
             dispatch(mount, &h, op, &[], Some(written), Via::Device(device, h.unique));
         }
         _ => dispatch(mount, &h, op, payload, None, Via::Device(device, h.unique)),
+    }
+}
+
+/// The inodes a `BATCH_FORGET` names: `fuse_batch_forget_in` (count,
+/// dummy) in `op`, then `count` of `fuse_forget_one` (nodeid, nlookup) in
+/// `payload`; no more than it holds whole.
+fn batch_forgotten<'a>(op: &[u8], payload: &'a [u8]) -> impl Iterator<Item = u64> + 'a {
+    let count = op.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c)) as usize;
+    payload
+        .chunks_exact(16)
+        .take(count)
+        .map(|one| u64::from_le_bytes(one[..8].try_into().expect("16 bytes")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_forget_names_as_many_inodes_as_it_counts_and_holds() {
+        let one = |node: u64, n: u64| [node.to_le_bytes(), n.to_le_bytes()].concat();
+        let payload = [one(7, 1), one(9, 3), one(11, 2)].concat();
+        let op = |count: u32| [count.to_le_bytes(), [0; 4]].concat();
+        assert_eq!(batch_forgotten(&op(2), &payload).collect::<Vec<_>>(), vec![7, 9]);
+        assert_eq!(batch_forgotten(&op(3), &payload).collect::<Vec<_>>(), vec![7, 9, 11]);
+        // A count past what came, a cut entry, a missing header: no more
+        // than is there.
+        assert_eq!(batch_forgotten(&op(5), &payload[..40]).collect::<Vec<_>>(), vec![7, 9]);
+        assert_eq!(batch_forgotten(&[], &payload).count(), 0);
     }
 }
