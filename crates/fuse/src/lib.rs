@@ -203,7 +203,8 @@ fn start_queues(mount: Mount, before: &[i32], at: &Path) -> std::io::Result<()> 
 /// Where a mount takes its requests from ([`Mount::with_fuse_uring`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum FuseQueues {
-    /// /dev/fuse only, read by one thread: the default, since on Linux
+    /// /dev/fuse only, read by [`Mount::with_fuse_readers`] threads: the
+    /// default, since on Linux
     /// 6.18 a request over the queues was lost now and then under
     /// concurrent random reads (the kernel queued it and never handed it
     /// to the mount; docs/mount.md, "FUSE over io_uring").

@@ -6,14 +6,13 @@
 //!
 //! fuser still mounts and answers `INIT` (where the mount asks for the
 //! queues), forgets and interrupts over /dev/fuse. Every other request
-//! comes over a queue: its arguments are read here as fuser would read
-//! them from /dev/fuse (`include/uapi/linux/fuse.h`, protocol 7.36 as
-//! fuser negotiates it: no extended setxattr, no readdirplus) and handed
-//! to the same [`Mount`] methods, with fuser's own reply types, whose
-//! bytes go back through the queue's entry.
+//! comes over a queue: its arguments are read as fuser would read them
+//! from /dev/fuse ([`crate::dispatch`]) and handed to the same [`Mount`]
+//! methods, whose answers ([`crate::reply`]) are written into the
+//! queue's entry.
 //!
 //! Requests of different CPUs start at once, as any multi-threaded FUSE
-//! server's do: the mount's code holds no assumption of fuser's one
+//! server's do: the mount's code holds no assumption of a single
 //! reading thread (starting them one at a time hid two races that showed
 //! over /dev/fuse too, rarely: a close's size report covering a write
 //! still landing, and a late `FORGET` dropping a name given again).
