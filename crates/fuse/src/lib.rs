@@ -94,26 +94,33 @@ fn fuse_devices() -> Vec<i32> {
     .collect()
 }
 
+/// A duplicate of the connection fuser opened and keeps to itself: the
+/// one /dev/fuse descriptor of this process not in `before` (those open
+/// before the mount).
+fn session_device(before: &[i32]) -> std::io::Result<std::fs::File> {
+    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
+    match new[..] {
+        [fd] => parcache_fuse_uring::dup_fd(fd),
+        _ => Err(std::io::Error::other(format!(
+            "{} new /dev/fuse descriptors in this process, not one",
+            new.len()
+        ))),
+    }
+}
+
 /// Lets a local read (`parcache_client::local_part`) block a thread that
 /// reads /dev/fuse only while another of the `readers` is free to take
-/// the next request, or none waits there: random readers in several
-/// processes then have their reads made at once, each on a reading thread
-/// of its own, and a lone reader's on the thread that took its request,
-/// with no hand-over.
-fn local_reads_wait_for_no_request(fs: &Fs, before: &[i32], idle: Arc<readers::Idle>, readers: usize) {
-    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
-    let Some(&fd) = new.first() else {
-        return;
-    };
-    let Ok(dev) = parcache_fuse_uring::dup_fd(fd) else {
-        return;
-    };
+/// the next request, or none waits on `session` (the connection): random
+/// readers in several processes then have their reads made at once, each
+/// on a reading thread of its own, and a lone reader's on the thread that
+/// took its request, with no hand-over.
+fn local_reads_wait_for_no_request(fs: &Fs, session: std::fs::File, idle: Arc<readers::Idle>, readers: usize) {
     fs.set_local_may_block(
         Box::new(move || {
             if idle.any() {
                 return true;
             }
-            let mut p = [rustix::event::PollFd::new(&dev, rustix::event::PollFlags::IN)];
+            let mut p = [rustix::event::PollFd::new(&session, rustix::event::PollFlags::IN)];
             let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
             matches!(rustix::event::poll(&mut p, Some(&zero)), Ok(0))
         }),
@@ -122,31 +129,19 @@ fn local_reads_wait_for_no_request(fs: &Fs, before: &[i32], idle: Arc<readers::I
 }
 
 /// Starts the mount's readers of /dev/fuse beside fuser's thread
-/// (`mount.readers` in all), each on a clone of the connection fuser
-/// opened (the one /dev/fuse descriptor not in `before`), once `INIT` is
-/// answered; returns how many read now, fuser's included. One that cannot
-/// start is logged and left out: fuser's thread serves on.
-fn start_readers(mount: Mount, before: &[i32], at: &Path) -> usize {
-    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
-    let session = match new[..] {
-        [fd] => parcache_fuse_uring::dup_fd(fd),
-        _ => Err(std::io::Error::other(format!(
-            "{} new /dev/fuse descriptors in this process, not one",
-            new.len()
-        ))),
-    };
+/// (`mount.readers` in all), each on a clone of `session` (the connection
+/// fuser opened), once `INIT` is answered; returns how many read now,
+/// fuser's included. One that cannot start is logged and left out:
+/// fuser's thread serves on.
+fn start_readers(mount: Mount, session: &std::fs::File, at: &Path) -> usize {
     let mut n = 1;
     for i in 1..mount.readers {
-        let started = session
-            .as_ref()
-            .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
-            .and_then(parcache_fuse_uring::clone_device)
-            .and_then(|dev| {
-                let (m, idle) = (mount.clone(), mount.idle.clone());
-                std::thread::Builder::new()
-                    .name(format!("fuse-reader-{i}"))
-                    .spawn(move || readers::serve(m, dev, idle))
-            });
+        let started = parcache_fuse_uring::clone_device(session).and_then(|dev| {
+            let (m, idle) = (mount.clone(), mount.idle.clone());
+            std::thread::Builder::new()
+                .name(format!("fuse-reader-{i}"))
+                .spawn(move || readers::serve(m, dev, idle))
+        });
         match started {
             Ok(_) => n += 1,
             Err(e) => {
@@ -163,24 +158,15 @@ fn start_readers(mount: Mount, before: &[i32], at: &Path) -> usize {
 }
 
 /// Starts a thread per CPU serving the mount's requests over FUSE's
-/// io_uring queues ([`ring`]), registered on the connection fuser opened
-/// (the one /dev/fuse descriptor not in `before`). Once the kernel agreed
+/// io_uring queues ([`ring`]), registered on `session`, the connection
+/// fuser opened ([`session_device`]). Once the kernel agreed
 /// to the queues it holds every request until each CPU's queue is
 /// registered, so a failure here leaves the mount unusable: the caller
 /// unmounts.
-fn start_queues(mount: Mount, before: &[i32], at: &Path) -> std::io::Result<()> {
+fn start_queues(mount: Mount, session: std::io::Result<std::fs::File>, at: &Path) -> std::io::Result<()> {
     let fail =
         |e: String| std::io::Error::other(format!("{}: FUSE's io_uring queues could not start: {e}", at.display()));
-    let new: Vec<i32> = fuse_devices().into_iter().filter(|fd| !before.contains(fd)).collect();
-    let fuse = match new[..] {
-        [fd] => Arc::new(parcache_fuse_uring::dup_fd(fd).map_err(|e| fail(e.to_string()))?),
-        _ => {
-            return Err(fail(format!(
-                "{} new /dev/fuse descriptors in this process, not one",
-                new.len()
-            )))
-        }
-    };
+    let fuse = Arc::new(session.map_err(|e| fail(e.to_string()))?);
     let cpus = parcache_fuse_uring::possible_cpus().map_err(|e| fail(e.to_string()))?;
     let (tx, rx) = std::sync::mpsc::channel();
     for q in 0..cpus {
@@ -558,8 +544,9 @@ impl Mount {
         while !initialized.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(1));
         }
+        let connection = session_device(&before);
         if queues.want_uring.asked() && agreed.load(Ordering::Relaxed) {
-            start_queues(queues, &before, mountpoint)?;
+            start_queues(queues, connection, mountpoint)?;
         } else {
             if queues.want_uring.asked() {
                 tracing::warn!(
@@ -568,8 +555,16 @@ impl Mount {
                     "/sys/module/fuse/parameters/enable_uring"
                 );
             }
-            let n = start_readers(queues, &before, mountpoint);
-            local_reads_wait_for_no_request(&fs, &before, idle, n);
+            match connection {
+                Ok(connection) => {
+                    let n = start_readers(queues, &connection, mountpoint);
+                    local_reads_wait_for_no_request(&fs, connection, idle, n);
+                }
+                Err(e) => tracing::warn!(
+                    "{}: only fuser's thread reads /dev/fuse (the connection's descriptor was not found: {e})",
+                    mountpoint.display()
+                ),
+            }
         }
         let _ = rustix::fs::statvfs(mountpoint);
         match raise_read_ahead(mountpoint, READ_AHEAD_KIB) {
