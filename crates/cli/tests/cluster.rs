@@ -1096,6 +1096,31 @@ async fn four_rounds(
     seen
 }
 
+/// A cluster of two data servers (`tag`) and a node that wrote `/f`
+/// whole, `mib` MiB of `byte(i)` at offset `i`, and closed it: the file,
+/// as written, is returned beside them.
+async fn two_servers_with_f(tag: &str, mib: u64, byte: impl Fn(u64) -> u8) -> (Cluster, Arc<Fs>, Vec<u8>) {
+    let c = Cluster::up(tag, 2);
+    let w = c.fs().await;
+    let a = w.create("/f", 0o644, true).await.unwrap();
+    let model: Vec<u8> = (0..mib << 20).map(byte).collect();
+    w.write_at(&a, 0, &model).await.unwrap();
+    w.close(&a, true).await.unwrap();
+    (c, w, model)
+}
+
+/// Node `w` opens `/f` again and writes 100 bytes of 7 at `at` (a part
+/// of a block: logged at its data server, not in the part's file yet),
+/// closes it, and the same goes into `model`.
+async fn sevens_at(w: &Fs, at: u64, model: &mut [u8]) {
+    let o = w.resolve("/f").await.unwrap();
+    let o = w.getattr_to_open(o.handle).await.unwrap();
+    let o = w.open(&o, true).await.unwrap();
+    w.write_at(&o, at, &[7u8; 100]).await.unwrap();
+    w.close(&o, true).await.unwrap();
+    model[at as usize..at as usize + 100].fill(7);
+}
+
 /// A random reader's few pages of a block the node cache lacks come from
 /// the part's file alone, around the node cache (docs/client.md, "Local
 /// reads"), twice; the block's third miss reads it whole into the node
@@ -1103,13 +1128,8 @@ async fn four_rounds(
 /// servers would answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_reads_read_only_their_pages_until_a_block_is_missed_a_third_time() {
-    let c = Cluster::up("read-pages", 2);
-    let w = c.fs().await;
-    let a = w.create("/f", 0o644, true).await.unwrap();
     const MIB: u64 = 1 << 20;
-    let model: Vec<u8> = (0..8 * MIB).map(|i| (i * 7 % 251) as u8).collect();
-    w.write_at(&a, 0, &model).await.unwrap();
-    w.close(&a, true).await.unwrap();
+    let (c, w, model) = two_servers_with_f("read-pages", 8, |i| (i * 7 % 251) as u8).await;
     // Far apart, not 4 KiB aligned, some across a page boundary.
     let offsets: Vec<u64> = (1..9).map(|i| ((i * 3) % 8) * MIB + 4050 * i + 65536).collect();
     let want: Vec<Vec<u8>> = offsets
@@ -1151,14 +1171,8 @@ async fn random_reads_read_only_their_pages_until_a_block_is_missed_a_third_time
     // Another node changes 100 bytes of a block (logged at its server,
     // not in its store yet): the server answers those pages through its
     // log and cache, not from its store.
-    let o = w.resolve("/f").await.unwrap();
-    let o = w.getattr_to_open(o.handle).await.unwrap();
-    let o = w.open(&o, true).await.unwrap();
-    let at = offsets[3] + 10;
-    w.write_at(&o, at, &[7u8; 100]).await.unwrap();
-    w.close(&o, true).await.unwrap();
     let mut model = model;
-    model[at as usize..at as usize + 100].fill(7);
+    sevens_at(&w, offsets[3] + 10, &mut model).await;
     let want: Vec<Vec<u8>> = offsets
         .iter()
         .map(|&o| model[o as usize..o as usize + 300].to_vec())
@@ -1182,14 +1196,9 @@ async fn random_reads_read_only_their_pages_until_a_block_is_missed_a_third_time
 /// with `local_reads` off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_reads_read_part_files_and_see_every_change_the_servers_would_answer() {
-    let c = Cluster::up("local-reads", 2);
-    let w = c.fs().await;
-    let a = w.create("/f", 0o644, true).await.unwrap();
     const MIB: u64 = 1 << 20;
-    let mut model: Vec<u8> = (0..16 * MIB).map(|i| (i % 251) as u8).collect();
     // Whole blocks: they go to the part files directly, not to the log.
-    w.write_at(&a, 0, &model).await.unwrap();
-    w.close(&a, true).await.unwrap();
+    let (c, w, mut model) = two_servers_with_f("local-reads", 16, |i| (i % 251) as u8).await;
     // Far apart: each a random reader's fetch, not a sequential one's;
     // blocks of both data servers' parts.
     let offsets: Vec<u64> = (0..8).map(|i| ((i * 5) % 16) * MIB + (65536 + 4096) * i).collect();
@@ -1207,13 +1216,7 @@ async fn local_reads_read_part_files_and_see_every_change_the_servers_would_answ
 
     // Another node changes 100 bytes inside a block `r` read: logged at
     // its data server (a part of a block), not in the part's file.
-    let o = w.resolve("/f").await.unwrap();
-    let o = w.getattr_to_open(o.handle).await.unwrap();
-    let o = w.open(&o, true).await.unwrap();
-    let at = offsets[3] + 10;
-    w.write_at(&o, at, &[7u8; 100]).await.unwrap();
-    w.close(&o, true).await.unwrap();
-    model[at as usize..at as usize + 100].fill(7);
+    sevens_at(&w, offsets[3] + 10, &mut model).await;
     // `r` opens again: its cached blocks and part files go; the changed
     // block, logged at its server, is read through it, the others still
     // from their files.
