@@ -1284,3 +1284,50 @@ async fn local_reads_read_part_files_and_see_every_change_the_servers_would_answ
         fs.shutdown().await.unwrap();
     }
 }
+
+/// A node's readers are shown no size another task's write makes before
+/// its bytes are in the node cache: with several threads answering a
+/// mount's requests, a `stat` in the middle of an appending write showed
+/// its size and the kernel read zeros there. One task appends 256 KiB
+/// pieces; two read up to the size the node shows, over and over, and
+/// check every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reader_is_shown_the_size_of_a_write_whose_bytes_have_not_landed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const PIECE: usize = 256 << 10;
+    let c = Cluster::up("landed-size", 2);
+    let w = c.fs().await;
+    let a = w.create("/grows", 0o644, true).await.unwrap();
+    let data: Arc<Vec<u8>> = Arc::new((0..160 * PIECE).map(|i| (i % 251) as u8 + 1).collect());
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (w, a, data, done) = (w.clone(), a.clone(), data.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; data.len()];
+                let mut reads = 0u64;
+                while !done.load(Ordering::SeqCst) {
+                    let now = w.getattr(a.handle).await.unwrap();
+                    let shown = w.size_of(&now) as usize;
+                    let n = w.read_into(&a, 0, &mut buf[..shown]).await.unwrap();
+                    let wrong = buf[..n].iter().zip(data.iter()).position(|(x, y)| x != y);
+                    assert!(
+                        n == shown && wrong.is_none(),
+                        "reader {r}, read {reads}: shown {shown} bytes, read {n}, first wrong byte at {wrong:?}"
+                    );
+                    reads += 1;
+                    tokio::task::yield_now().await;
+                }
+                reads
+            })
+        })
+        .collect();
+    for (k, piece) in data.chunks(PIECE).enumerate() {
+        w.write_at(&a, (k * PIECE) as u64, piece).await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    for r in readers {
+        assert!(r.await.unwrap() > 0, "a reader never read");
+    }
+    w.close(&a, true).await.unwrap();
+}

@@ -4246,7 +4246,10 @@ fn read_on_then_close(mut f: std::fs::File, data: &[u8], dir: &Path, h: u64) {
 /// another thread's close reported the node's writes shows every byte
 /// written before it began: it once took the answer from before the report
 /// for another node's change, dropped the node's blocks and adopted the
-/// old size, and reads returned wrong bytes. One thread appends and closes
+/// old size, and reads returned wrong bytes. Later, with several threads
+/// answering the mount's requests, an open's attributes answered in the
+/// middle of an append showed the size it made before its bytes had
+/// landed, and the kernel read zeros there. One thread appends and closes
 /// a duplicate of its descriptor after each append (a `close(2)`, which
 /// pushes and reports); two read the file whole, over and over.
 #[test]
@@ -4256,7 +4259,7 @@ fn an_open_racing_a_close_on_the_same_node_sees_every_written_byte() {
     let a = Mounted::new(&cluster.0, base.join("a"));
     let path = a.p("grows");
     const PIECE: usize = 8 << 10;
-    let data = pattern(300 * PIECE, 17);
+    let data = pattern(600 * PIECE, 17);
     let written = AtomicUsize::new(0);
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {

@@ -1000,7 +1000,7 @@ impl Fs {
         }
         let _one = st.reporting.lock().await;
         let (size, upto) = match self.files.lock().get(&handle) {
-            Some(s) if s.file.unreported() => (s.file.size, s.file.report_upto()),
+            Some(s) if s.file.unreported() => (s.file.landed_size(), s.file.report_upto()),
             _ => return Ok(false),
         };
         let Some((base, copy)) = self.small_content(handle, size, true) else {
@@ -1043,7 +1043,7 @@ impl Fs {
     async fn create_with_content(&self, st: &FileState, handle: u64, latest: &mut Attr) -> Result<Option<bool>> {
         let _one = st.reporting.lock().await;
         let (size, upto) = match self.files.lock().get(&handle) {
-            Some(s) => (s.file.size, s.file.report_upto()),
+            Some(s) => (s.file.landed_size(), s.file.report_upto()),
             None => return Ok(None),
         };
         let copy = if self.data.may_live(handle) {
@@ -1121,7 +1121,7 @@ impl Fs {
                     // own end, or a later close, reports it.
                     return Ok(None);
                 }
-                (s.file.size, upto, s.file.known_size)
+                (s.file.landed_size(), upto, s.file.known_size)
             }
             _ => return Ok(None),
         };
@@ -1331,7 +1331,7 @@ impl Fs {
             .lock()
             .get(&handle)
             .filter(|s| s.file.unreported())
-            .map(|s| s.file.size)
+            .map(|s| s.file.landed_size())
     }
 
     /// Sets a file's size: dirty blocks go down first, the node's cached
@@ -1468,8 +1468,8 @@ impl Fs {
         if !st.file.cached {
             self.data.write_with(a.handle, offset, data, st.policies.nv).await?;
         }
-        // Counted before cached bytes land, so a concurrent reader's clamp is
-        // right; a report before they land does not cover it.
+        // Counted before cached bytes land; a report before they land does
+        // not cover it, and readers see the size from before it.
         let bs = self.cache.block_size as u64;
         let (acts, n) = self.with_file(a.handle, |p, f| {
             let grew = end > f.size;
@@ -1506,7 +1506,7 @@ impl Fs {
         let st = self.state(a).await?;
         // Uncached, another node may have grown the file: read_into asks.
         let known = if st.file.cached {
-            st.file.size.max(a.size)
+            st.file.landed_size().max(a.size)
         } else {
             u64::MAX
         };
@@ -1593,13 +1593,17 @@ impl Fs {
             buf[..got.len()].copy_from_slice(&got);
             return Ok(got.len());
         }
-        let end = st.file.size.max(a.size).min(offset.saturating_add(buf.len() as u64));
+        let end = st
+            .file
+            .landed_size()
+            .max(a.size)
+            .min(offset.saturating_add(buf.len() as u64));
         if offset >= end {
             return Ok(0);
         }
         let n = (end - offset) as usize;
         if self.interleaved(st.policies.cooperative) {
-            let size = st.file.size.max(a.size);
+            let size = st.file.landed_size().max(a.size);
             let version = st.file.version;
             self.interleaved_read(&st.pool, a.handle, offset, &mut buf[..n], size, version)
                 .await?;

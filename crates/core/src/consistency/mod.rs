@@ -52,7 +52,7 @@ use crate::catalogue::{find_named, split_params};
 use crate::error::PolicyError;
 use crate::time::{parse_span, Span, Time};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -270,9 +270,10 @@ pub struct NodeFile {
     pub stopped: u64,
     /// Writes counted ([`NodeFile::begin_write`]) whose bytes are not yet
     /// where a push finds them (in the node cache, or at the data servers),
-    /// by number: a size report made meanwhile does not cover them
-    /// ([`NodeFile::report_upto`]).
-    pub landing: BTreeSet<u64>,
+    /// by number, each with the size before it: a size report made
+    /// meanwhile does not cover them ([`NodeFile::report_upto`]), and no
+    /// reader is shown the size they make ([`NodeFile::landed_size`]).
+    pub landing: BTreeMap<u64, u64>,
     /// Reads of the file on this node shorter than
     /// [`crate::page_cache::SMALL_READ`] that began where the one before
     /// ended, counted up to [`crate::page_cache::SMALL_READS_KEEP`]: enough
@@ -317,7 +318,7 @@ impl NodeFile {
             written_blocks: None,
             kernel: None,
             stopped: 0,
-            landing: BTreeSet::new(),
+            landing: BTreeMap::new(),
             small_reads: 0,
             read_end: 0,
             read_small: true,
@@ -366,12 +367,13 @@ impl NodeFile {
         crate::page_cache::streams(size, self.small_reads) && !self.kernel_current()
     }
 
-    /// A write up to `end` begins: counted now (a concurrent reader's clamp
-    /// must see the size it makes), landed later ([`NodeFile::write_landed`]).
-    /// Returns its number.
+    /// A write up to `end` begins: counted now, landed later
+    /// ([`NodeFile::write_landed`]); until then readers see the size from
+    /// before it ([`NodeFile::landed_size`]). Returns its number.
     pub fn begin_write(&mut self, end: u64) -> u64 {
+        let before = self.size;
         self.wrote(end);
-        self.landing.insert(self.writes);
+        self.landing.insert(self.writes, before);
         self.writes
     }
 
@@ -379,6 +381,19 @@ impl NodeFile {
     /// nothing of it will be).
     pub fn write_landed(&mut self, n: u64) {
         self.landing.remove(&n);
+    }
+
+    /// The size a reader on this node may be shown: the size from before
+    /// the first write whose bytes have not landed, as a local file
+    /// system raises a file's size only once the written bytes are in its
+    /// pages. A `stat` or an open's attributes answered in the middle of
+    /// another thread's appending write once showed its size, and the
+    /// kernel then read zeros there (several threads answer a mount's
+    /// requests at once).
+    pub fn landed_size(&self) -> u64 {
+        self.landing
+            .first_key_value()
+            .map_or(self.size, |(_, &before)| before.min(self.size))
     }
 
     /// The writes a size report made now covers: every one before the
@@ -389,7 +404,7 @@ impl NodeFile {
     /// bytes reached the data servers with no new version for other nodes
     /// to see, and no small copy at the metadata server.
     pub fn report_upto(&self) -> u64 {
-        self.landing.first().map_or(self.writes, |n| n - 1)
+        self.landing.first_key_value().map_or(self.writes, |(n, _)| n - 1)
     }
 
     /// Whether an open may take the metadata server's answer `cacheable`,
@@ -425,8 +440,8 @@ impl NodeFile {
         }
     }
 
-    /// This node wrote bytes up to `end` (counted before they land, so a
-    /// concurrent reader's clamp is right).
+    /// This node wrote bytes up to `end` (counted before they land; see
+    /// [`NodeFile::begin_write`]).
     pub fn wrote(&mut self, end: u64) {
         self.size = self.size.max(end);
         self.writes += 1;
@@ -510,7 +525,7 @@ impl NodeFile {
     pub fn size_for(&self, server: ServerView) -> u64 {
         let known = self.newest(server).size;
         if self.unreported() {
-            known.max(self.size)
+            known.max(self.landed_size())
         } else {
             known
         }
@@ -808,6 +823,32 @@ mod tests {
             }
             prop_assert_eq!(f.report_upto(), f.writes);
         }
+    }
+
+    /// A reader is shown no size a write makes until its bytes have landed,
+    /// nor a later write's that landed first: an appending write half done
+    /// on one thread once showed its size to another thread's `stat`, and
+    /// the kernel read zeros there.
+    #[test]
+    fn readers_see_a_writes_size_once_its_bytes_landed() {
+        let server = ServerView { size: 4096, version: 1 };
+        let mut f = NodeFile::new(server, Time::ZERO);
+        let first = f.begin_write(8192);
+        assert_eq!((f.size, f.landed_size()), (8192, 4096));
+        assert_eq!(f.size_for(server), 4096, "a stat in the middle of the write");
+        let second = f.begin_write(12288);
+        f.write_landed(second);
+        assert_eq!(f.landed_size(), 4096, "the first write's bytes are still missing");
+        f.write_landed(first);
+        assert_eq!((f.landed_size(), f.size_for(server)), (12288, 12288));
+        // A write inside the file changes no size; a cut below a landing
+        // write's start shows the cut.
+        let inside = f.begin_write(100);
+        assert_eq!(f.landed_size(), 12288);
+        f.truncated(50, 2);
+        assert_eq!(f.landed_size(), 50);
+        f.write_landed(inside);
+        assert_eq!(f.landed_size(), 50);
     }
 
     /// A file made behind is current at the version the server made it at
