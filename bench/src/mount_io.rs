@@ -7,7 +7,8 @@
 //! servers instead, as the fifth to sixteenth sessions did) and warm
 //! (parcache: a fresh mount reading from the data servers' caches, against
 //! loopback TCP measured in the same run); 4 KiB random reads with 1 job
-//! and with 4 jobs on one file, cold and cached; creating small files
+//! and with 4 jobs on one file, cold and cached (a 32 MiB file read whole,
+//! then read at random for 3 s); creating small files
 //! (4 KiB each, one open/write/close per file) and reading them back cold;
 //! `tar x` of a source tree's shape (1,000 files of 1-32 KiB, each one's
 //! times, owner and mode set before its close, as `cp -a` sets them);
@@ -212,6 +213,9 @@ fn read_small_files(dir: &Path, n: usize) -> Result<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
+/// How long each cached random-read job runs, in seconds.
+const CACHED_SECS: u32 = 3;
+
 /// Files in the source tree [`make_tree`] packs, in [`TREE_DIRS`]
 /// directories.
 const TREE_FILES: usize = 1000;
@@ -414,22 +418,28 @@ fn measure(
     // default), which made the local directory's "cached" reads disk reads
     // and every FUSE file system's a request to its daemon until the
     // fifty-fourth session: `--invalidate=0` keeps what the whole read
-    // left cached, below the program and in each daemon.
+    // left cached, below the program and in each daemon. Timed for
+    // CACHED_SECS: at a million reads a second a fixed 64 MiB took 20–40
+    // ms, and fio counts its runtime in whole milliseconds (with 4 jobs
+    // their start-up skew too), so the figure moved by a fifth between
+    // runs of the same build (until the sixty-second session).
     fio(dir, "hot", "write", "1M", "32M", &["--end_fsync=1"])?;
     fio(dir, "hot", "read", "1M", "32M", &[])?;
+    let timed = format!("--runtime={CACHED_SECS}");
     let cached = fio(
         dir,
         "hot",
         "randread",
         "4k",
         "32M",
-        &["--io_size=64M", "--invalidate=0"],
+        &["--time_based", &timed, "--invalidate=0"],
     )?;
     let hot4 = [
         "--numjobs=4",
         "--group_reporting",
         "--filename=hot.0.0",
-        "--io_size=32M",
+        "--time_based",
+        &timed,
         "--invalidate=0",
     ];
     let cached4 = fio(dir, "hot", "randread", "4k", "32M", &hot4)?;
