@@ -799,25 +799,37 @@ mod tests {
     proptest! {
         /// Writes begin and land in any order, reports come between: a
         /// report covers only writes whose bytes had all landed, and once
-        /// nothing is landing it covers every write.
+        /// nothing is landing it covers every write. Readers are shown no
+        /// size past the end the file had before a write still landing.
         #[test]
         fn a_report_covers_only_landed_writes(ops in proptest::collection::vec((0u8..3, 0usize..8), 1..60)) {
             let mut f = NodeFile::new(ServerView { size: 0, version: 1 }, Time::ZERO);
-            let mut landing: Vec<u64> = vec![];
+            // (number, the size before it)
+            let mut landing: Vec<(u64, u64)> = vec![];
             for (op, k) in ops {
                 match op {
-                    0 => landing.push(f.begin_write(100)),
+                    0 => {
+                        let before = f.size;
+                        landing.push((f.begin_write(100 * (k as u64 + 1)), before));
+                    }
                     1 if !landing.is_empty() => {
-                        let n = landing.remove(k % landing.len());
+                        let (n, _) = landing.remove(k % landing.len());
                         f.write_landed(n);
                     }
                     _ => {
                         let upto = f.report_upto();
-                        prop_assert!(landing.iter().all(|&n| n > upto), "report up to {} covers one of {:?}", upto, landing);
-                        f.reported(upto, ServerView { size: 100, version: 2 });
+                        prop_assert!(landing.iter().all(|&(n, _)| n > upto), "report up to {} covers one of {:?}", upto, landing);
+                        f.reported(upto, ServerView { size: f.landed_size(), version: 2 });
                     }
                 }
+                let shown = f.landed_size();
+                prop_assert!(shown <= f.size);
+                prop_assert!(landing.iter().all(|&(_, before)| shown <= before), "{} shown while {:?} land", shown, landing);
+                if landing.is_empty() {
+                    prop_assert_eq!(shown, f.size);
+                }
             }
+            let landing: Vec<u64> = landing.into_iter().map(|(n, _)| n).collect();
             for n in landing {
                 f.write_landed(n);
             }
